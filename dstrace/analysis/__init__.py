@@ -1,0 +1,51 @@
+"""`dstrace analyze`: turn a folder of per-rank torch.profiler traces into a diagnosis.
+
+Entry points for the CLI: `add_arguments(parser)` and `main(args) -> int`. The work is in
+`loading` (files -> LoadedRun), `pipeline.analyze` (LoadedRun -> Analysis) and `render`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from dstrace.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from dstrace.analysis.alignment import CLOCK_POLICIES
+    from dstrace.analysis.render import FORMATS
+
+    parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text (terminal, default), json (dstrace.analysis/1), markdown (GitHub issue), "
+                             "html (one self-contained file with plots)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument("--align-clocks", choices=CLOCK_POLICIES, default="auto",
+                        help="shift rank clocks to match collective ends: auto = ranks on another host than "
+                             "the lowest rank (default), always, never")
+
+
+def main(args: argparse.Namespace) -> int:
+    from dstrace.analysis.loading import load_run
+    from dstrace.analysis.pipeline import analyze
+    from dstrace.analysis.render import render
+
+    run = load_run(args.trace_dir)
+    print(f"dstrace: analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment",
+          file=sys.stderr, flush=True)
+    analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
+    for warning in analysis.warnings:
+        print(f"dstrace: warning: {warning}", file=sys.stderr)
+    report = render(analysis, args.format)
+    if args.output:
+        try:
+            with open(args.output, "w") as f:
+                f.write(report)
+        except OSError as exc:
+            raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        print(f"dstrace: wrote {os.path.abspath(args.output)}", file=sys.stderr)
+    else:
+        sys.stdout.write(report)
+    return 0
+

@@ -1,0 +1,60 @@
+"""Host-bound detection: is the GPU idle because the host has not launched the next kernel yet?
+
+HTA classifies each gap before a kernel: host wait when the kernel's launch call started after the
+previous kernel had finished. Where the host spent those gaps is read from the ranges active on the
+host while the GPU was idle: dstrace ranges (e.g. `dstrace/zero3.fetch <Module>#<id>`, the ZeRO-3
+fetch hooks) and the outermost CPU ops.
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from dstrace.analysis import intervals
+from dstrace.analysis.model import RankTrace
+
+TOP_HOST_ITEMS = 6
+"""How many ranges / CPU ops to name: enough to see the pattern, few enough to paste into an issue."""
+WHOLE_CALL_RANGES = re.compile(r"^dstrace/(?:step#\d+|generate|chat)$")
+
+
+def range_label(name: str) -> str:
+    """`dstrace/zero3.fetch LlamaDecoderLayer#12` -> `zero3.fetch LlamaDecoderLayer`; sizes and ids dropped."""
+    label = re.sub(r"#\d+$", "", name.removeprefix("dstrace/"))
+    return re.sub(r"\s*bytes=\d+", "", label)
+
+
+def gpu_idle(trace: RankTrace) -> pd.DataFrame:
+    k = trace.events[trace.events["is_gpu"]]
+    return intervals.gaps(intervals.merge(k["ts"], k["end"]))
+
+
+def host_during_idle(trace: RankTrace) -> dict:
+    """GPU idle time per host range kind and per outermost CPU op overlapping it, largest first."""
+    idle = gpu_idle(trace)
+    ev = trace.events
+    out = {"gpu_idle_us": intervals.total(idle), "in_dstrace_ranges": {}, "top_cpu_ops": {}}
+    if idle.empty:
+        return out
+    ranges = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("dstrace/")
+                & ~ev["name"].str.match(WHOLE_CALL_RANGES)]
+    if len(ranges):
+        overlap = pd.Series(intervals.covered(idle, ranges["ts"], ranges["end"]), index=ranges.index)
+        by_label = overlap.groupby(ranges["name"].map(range_label)).sum().sort_values(ascending=False)
+        out["in_dstrace_ranges"] = {k: float(v) for k, v in by_label.head(TOP_HOST_ITEMS).items() if v > 0}
+    ops = intervals.top_level(ev[ev["cat"] == "cpu_op"])
+    if len(ops):
+        overlap = pd.Series(intervals.covered(idle, ops["ts"], ops["end"]), index=ops.index)
+        by_name = overlap.groupby(ops["name"]).sum().sort_values(ascending=False)
+        out["top_cpu_ops"] = {k: float(v) for k, v in by_name.head(TOP_HOST_ITEMS).items() if v > 0}
+    return out
+
+
+def host_wait_share(hta_rank: dict) -> float | None:
+    """Share of the GPU's idle time (all streams) that HTA attributes to waiting for the host."""
+    causes = hta_rank.get("idle_causes_us")
+    if not causes:
+        return None
+    total = sum(causes.values())
+    return causes.get("host_wait", 0.0) / total if total > 0 else None

@@ -1,0 +1,142 @@
+"""Typed results of the analysis: what the renderers read, and nothing else.
+
+Per-event data stays in pandas DataFrames (one row per trace event); these dataclasses hold what
+the analyses conclude from them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from dstrace.recording.manifest import Manifest, RunRecord
+
+
+@dataclass
+class RankTrace:
+    """One rank's parsed trace: its events as a DataFrame plus what its metadata says."""
+    rank: int
+    path: str
+    events: pd.DataFrame
+    world_size: int | None = None
+    host: str | None = None
+    run_id: str | None = None
+    distributed: dict | None = None  # the trace's distributedInfo, when torch.distributed was up
+    dstrace: dict | None = None  # the trace's "dstrace" metadata written by `dstrace record`
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.events["is_gpu"].any()) if len(self.events) else False
+
+
+@dataclass
+class LoadedRun:
+    """Everything read from a run folder, validated: one trace per rank, manifests when present."""
+    trace_dir: str
+    traces: dict[int, RankTrace]
+    world_size: int
+    run_id: str | None = None
+    manifests: dict[int, Manifest] = field(default_factory=dict)
+    run_record: RunRecord | None = None
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.traces)
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        return [r for r in range(self.world_size) if r not in self.traces]
+
+    @property
+    def device(self) -> str:
+        """"gpu" when any rank has GPU kernels, "cpu" when there are only CPU events (the analysis then reads
+        CPU-side collectives), "none" when no trace was recorded (manifests only)."""
+        if not self.traces:
+            return "none"
+        return "gpu" if any(t.has_gpu for t in self.traces.values()) else "cpu"
+
+
+@dataclass
+class CollectiveStats:
+    """One collective kind on one rank. Bandwidths follow nccl-tests (bytes / time, GB = 1e9 B)."""
+    count: int
+    bytes: int
+    kernel_us: float
+    wait_us: float
+    transfer_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    busbw_transfer_GBps: float  # bus bandwidth over transfer time only, peer wait excluded
+    group_size: int
+
+
+@dataclass
+class ClockOffset:
+    """A rank's clock relative to the reference rank, estimated from the ends of matched collectives."""
+    offset_us: float  # subtract from this rank's timestamps to put them on the reference clock
+    applied: bool
+    residual_us: float | None  # median |end difference| to the reference after correction
+    matched: int  # collectives shared with the rank the offset was estimated against
+    via: int | None = None  # the rank it was estimated against (the reference, or a rank chained to it)
+
+
+@dataclass
+class RankSummary:
+    rank: int
+    file: str
+    host: str | None
+    span_us: float
+    idle_us: float
+    busy_us: dict[str, float]
+    exposed_comm_us: float  # communication time not overlapped by compute
+    collectives: dict[str, CollectiveStats]
+    comm_us: float
+    wait_us: float
+    waited_for: dict[int, float]  # peer rank -> wait spent on it arriving last
+    late_count: int  # matched collectives this rank arrived last to
+    caused_wait_us: float  # peers' wait on collectives this rank arrived last to
+    devices: dict[str, dict[str, float]] = field(default_factory=dict)
+    hta: dict[str, Any] = field(default_factory=dict)
+    host_time: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepSummary:
+    count: int
+    ms_median: float
+    source: str
+    per_rank: dict[int, dict[str, float]] = field(default_factory=dict)
+    manifest_ms_median: float | None = None
+    gathered_bytes_median: float | None = None
+    gathered_source: str | None = None
+    model_bytes: int | None = None
+
+
+@dataclass
+class Finding:
+    id: str
+    ranks: list[int]
+    summary: str
+    evidence: dict[str, Any]
+
+
+@dataclass
+class Analysis:
+    """The whole diagnosis of one run folder."""
+    trace_dir: str
+    run_id: str | None
+    device: str
+    world_size: int
+    ranks_found: list[int]
+    missing_ranks: list[int]
+    ranks: dict[int, RankSummary]
+    steps: StepSummary | None
+    findings: list[Finding]
+    clock: dict[int, ClockOffset]
+    waits_over_time: pd.DataFrame  # one row per matched collective per rank: rank, kind, ts_ms, wait_us
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)

@@ -1,0 +1,18 @@
+"""Renderers of an `Analysis`: text (terminal), json (`dstrace.analysis/1`), markdown (GitHub issue), html."""
+from __future__ import annotations
+
+from dstrace.analysis.model import Analysis
+
+FORMATS = ("text", "json", "markdown", "html")
+
+
+def render(analysis: Analysis, fmt: str) -> str:
+    if fmt == "json":
+        from dstrace.analysis.render.json import render_json as fn
+    elif fmt == "markdown":
+        from dstrace.analysis.render.markdown import render_markdown as fn
+    elif fmt == "html":
+        from dstrace.analysis.render.html import render_html as fn
+    else:
+        from dstrace.analysis.render.text import render_text as fn
+    return fn(analysis)

@@ -1,0 +1,111 @@
+"""One self-contained HTML file: findings, per-rank time bars and collective waits over time as inline SVG.
+
+No script, no CDN, no network: the file opens anywhere and can be attached to an issue.
+"""
+from __future__ import annotations
+
+import html
+
+from dstrace.analysis.model import Analysis
+from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, steps_line
+
+COLORS = {"compute": "#4c78a8", "communication": "#e45756", "other busy": "#b279a2", "idle": "#d8d8d8"}
+RANK_COLORS = ["#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279a2", "#72b7b2", "#eeca3b", "#9d755d"]
+MAX_POINTS = 4000
+"""Scatter points drawn at most (evenly thinned): keeps the file small for long windows."""
+
+
+def _esc(x) -> str:
+    return html.escape(str(x))
+
+
+def time_bars(a: Analysis) -> str:
+    """Per rank: a bar over its span split into compute, exposed communication, other busy and idle."""
+    width, bar_h, left = 640, 22, 60
+    rows = sorted(a.ranks.items())
+    h = 30 + len(rows) * (bar_h + 8) + 24
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 20}" height="{h}" role="img">']
+    for i, (r, s) in enumerate(rows):
+        y = 10 + i * (bar_h + 8)
+        parts.append(f'<text x="0" y="{y + 15}" font-size="12">rank {r}</text>')
+        if s.span_us <= 0:
+            continue
+        segs = [("compute", s.busy_us["compute"]), ("communication", s.exposed_comm_us)]
+        other = max(s.span_us - s.idle_us - sum(v for _, v in segs), 0.0)
+        segs += [("other busy", other), ("idle", s.idle_us)]
+        x = float(left)
+        for name, us in segs:
+            w = width * us / s.span_us
+            if w <= 0:
+                continue
+            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{COLORS[name]}">'
+                         f'<title>rank {r} {name}: {us / 1e3:.2f} ms ({us / s.span_us:.0%})</title></rect>')
+            x += w
+    ly = h - 12
+    for j, (name, color) in enumerate(COLORS.items()):
+        parts.append(f'<rect x="{left + j * 130}" y="{ly - 10}" width="12" height="12" fill="{color}"/>'
+                     f'<text x="{left + j * 130 + 16}" y="{ly}" font-size="12">{name}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def wait_scatter(a: Analysis) -> str:
+    """Each matched collective: when it started (x) and how long its rank waited for the last peer (y)."""
+    df = a.waits_over_time
+    if df.empty:
+        return "<p>No collectives.</p>"
+    if len(df) > MAX_POINTS:
+        df = df.iloc[:: len(df) // MAX_POINTS + 1]
+    width, height, left, bottom = 640, 220, 60, 30
+    xmax = max(float(df["ts_ms"].max()), 1e-9)
+    ymax = max(float(df["wait_us"].max()) / 1e3, 1e-9)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 20}" height="{height + bottom + 30}" role="img">',
+             f'<line x1="{left}" y1="{height}" x2="{left + width}" y2="{height}" stroke="#333"/>',
+             f'<line x1="{left}" y1="0" x2="{left}" y2="{height}" stroke="#333"/>',
+             f'<text x="{left}" y="{height + 18}" font-size="11">0</text>',
+             f'<text x="{left + width - 60}" y="{height + 18}" font-size="11">{xmax:.1f} ms</text>',
+             f'<text x="0" y="12" font-size="11">{ymax:.2f} ms</text>',
+             f'<text x="0" y="{height}" font-size="11">0</text>']
+    ranks = sorted(df["rank"].unique())
+    for rank, ts, wait, kind in zip(df["rank"], df["ts_ms"], df["wait_us"], df["kind"]):
+        color = RANK_COLORS[ranks.index(rank) % len(RANK_COLORS)]
+        x = left + width * float(ts) / xmax
+        y = height - height * float(wait) / 1e3 / ymax
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}">'
+                     f'<title>rank {rank} {_esc(kind)} at {ts:.2f} ms: waited {wait / 1e3:.3f} ms</title></circle>')
+    for j, rank in enumerate(ranks):
+        color = RANK_COLORS[j % len(RANK_COLORS)]
+        parts.append(f'<circle cx="{left + 8 + j * 70}" cy="{height + bottom + 10}" r="5" fill="{color}"/>'
+                     f'<text x="{left + 16 + j * 70}" y="{height + bottom + 14}" font-size="12">rank {rank}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(head, rows) -> str:
+    th = "".join(f"<th>{_esc(h)}</th>" for h in head)
+    trs = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+def render_html(a: Analysis) -> str:
+    findings = "".join(f"<li><code>{_esc(f.id)}</code> (ranks {_esc(', '.join(map(str, f.ranks)))}): {_esc(f.summary)}</li>"
+                       for f in a.findings) or "<li>none</li>"
+    line = steps_line(a)
+    extra = "".join(f"<h2>{label}</h2><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in items) + "</ul>"
+                    for label, items in (("Notes", a.notes), ("Warnings", a.warnings)) if items)
+    head, rows = collective_rows(a)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>dstrace analysis: {_esc(a.run_id or a.trace_dir)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f3f3f3}}code{{background:#f3f3f3}}</style>
+</head><body>
+<h1>dstrace analysis</h1>
+<p>{_esc(a.trace_dir)}: {_esc(ranks_line(a))}</p>
+{f'<p>{_esc(line)}</p>' if line else ''}
+<h2>Findings</h2><ul>{findings}</ul>
+<h2>Time per rank</h2>{time_bars(a)}{_table(*rank_rows(a))}
+<h2>Collective waits over time</h2>{wait_scatter(a)}
+{('<h2>Collectives</h2>' + _table(head, rows)) if rows else ''}
+{extra}
+</body></html>
+"""

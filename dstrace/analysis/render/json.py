@@ -1,0 +1,53 @@
+"""The `dstrace.analysis/1` JSON document (docs/analysis-schema.md describes every key)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from dstrace.analysis.model import Analysis
+
+SCHEMA = "dstrace.analysis/1"
+
+
+def _clean(value):
+    """JSON-safe: NaN/inf become null, numpy scalars plain numbers, tuple keys strings."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_dict(a: Analysis) -> dict:
+    ranks = {}
+    for r, s in sorted(a.ranks.items()):
+        ranks[str(r)] = {
+            "file": s.file, "host": s.host, "span_us": s.span_us, "idle_us": s.idle_us, "busy_us": s.busy_us,
+            "exposed_comm_us": s.exposed_comm_us,
+            "collectives": {k: dataclasses.asdict(c) for k, c in sorted(s.collectives.items())},
+            "comm_us": s.comm_us, "wait_us": s.wait_us,
+            "waited_for_us": {str(p): w for p, w in sorted(s.waited_for.items())},
+            "late_count": s.late_count, "caused_wait_us": s.caused_wait_us,
+            "devices": s.devices, "hta": s.hta, "host_during_gpu_idle": s.host_time,
+        }
+    steps = None
+    if a.steps is not None:
+        steps = dataclasses.asdict(a.steps)
+        steps["per_rank"] = {str(r): v for r, v in a.steps.per_rank.items()}
+    return _clean({
+        "schema": SCHEMA, "trace_dir": a.trace_dir, "run_id": a.run_id, "device": a.device,
+        "world_size": a.world_size, "ranks_found": a.ranks_found, "missing_ranks": a.missing_ranks,
+        "ranks": ranks, "steps": steps,
+        "clock_alignment": {str(r): dataclasses.asdict(o) for r, o in sorted(a.clock.items())},
+        "findings": [dataclasses.asdict(f) for f in a.findings],
+        "warnings": a.warnings, "notes": a.notes, "skipped": a.skipped,
+    })
+
+
+def render_json(a: Analysis) -> str:
+    return json.dumps(to_dict(a), indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,54 @@
+"""The `dstrace` command: a thin layer that parses arguments and turns UserError into one line.
+
+Each verb is a module with `add_arguments(parser)` and `main(args) -> int`; the work is there.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import UserError
+
+DESCRIPTION = "Record and explain where every rank's time goes in distributed PyTorch / DeepSpeed inference."
+# verb -> (module, help, usage)
+VERBS = {
+    "record": ("dstrace.recording.launcher", "run a launch command with every rank traced",
+               "dstrace record [-o traces/NAME] [options] -- COMMAND..."),
+    "analyze": ("dstrace.analysis", "explain where each rank's time goes", None),
+    "compare": ("dstrace.comparison.compare", "compare recorded runs side by side", None),
+    "sweep": ("dstrace.comparison.sweep", "record configurations repeatedly, then compare", None),
+    "view": ("dstrace.viewing", "open a run's timelines in TensorBoard or Perfetto", None),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dstrace", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="verb", required=True)
+    for verb, (module_name, help_text, usage) in VERBS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name and module_name.startswith(e.name):
+                continue  # a verb not built yet
+            raise
+        verb_parser = sub.add_parser(verb, help=help_text, usage=usage)
+        module.add_arguments(verb_parser)
+        verb_parser.set_defaults(handler=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except UserError as e:
+        print(f"dstrace: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("dstrace: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

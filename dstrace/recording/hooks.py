@@ -1,0 +1,340 @@
+"""The instrumented entry points: DeepSpeed's initialize / init_inference / zero.Init, the ZeRO-3
+parameter fetch, release and all-gather, HF generate(), any model's chat(), and each forward step.
+
+Each wrapper keeps the wrapped function's behaviour exactly: arguments, return value and exceptions
+pass through untouched, and dstrace's own work runs inside `session.guard`, so a failure there is
+noted in the manifest instead of breaking the job.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import time
+
+from . import ranges, session
+from .inventory import take_inventory
+from .manifest import DeepSpeedCall, TPRequest
+
+WRAPPED = "__dstrace_wrapped__"
+TP_KEYS = ("tp_size", "autotp_size", "mp_size")
+
+
+def _wrap(owner, attr: str, make):
+    """Replace owner.attr with make(original), once."""
+    original = getattr(owner, attr, None)
+    if original is None or getattr(original, WRAPPED, False):
+        return
+    wrapper = functools.wraps(original)(make(original))
+    setattr(wrapper, WRAPPED, True)
+    setattr(owner, attr, wrapper)
+
+
+# ---- DeepSpeed configs -------------------------------------------------------------------------
+def snapshot_config(config):
+    """The config exactly as passed, as JSON: a dict copied, a path recorded with the file's content."""
+    if config is None:
+        return None
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        try:
+            with open(path) as f:
+                text = f.read()
+            try:
+                return {"path": path, "content": json.loads(text)}
+            except ValueError:
+                return {"path": path, "content_text": text}
+        except OSError as e:
+            return {"path": path, "unreadable": str(e)}
+    return json.loads(json.dumps(config, default=str))
+
+
+def tp_requests(config, source: str, prefix: str = "") -> list[TPRequest]:
+    """Every tensor-parallel size in a config, wherever it sits (tensor_parallel.tp_size, autotp_size...)."""
+    if isinstance(config, dict) and "content" in config and "path" in config:
+        config = config["content"]
+    found: list[TPRequest] = []
+    if isinstance(config, dict):
+        for key, value in config.items():
+            path = f"{prefix}{key}"
+            if key in TP_KEYS and isinstance(value, (int, float, str)):
+                found.append(TPRequest(source=source, key=path, value=value))
+            else:
+                found.extend(tp_requests(value, source, path + "."))
+    return found
+
+
+def _engine_module(result):
+    engine = result[0] if isinstance(result, tuple) else result
+    return getattr(engine, "module", engine)
+
+
+def _deepspeed_api(name: str, config_of, returns_model: bool = True):
+    """Wrap a DeepSpeed entry point: range, wall time, config as passed, the error if it refused.
+
+    `config_of` picks the config out of the bound arguments; when the call returns an engine, the
+    parameter inventory is taken from its module.
+    """
+    def make(original):
+        signature = inspect.signature(original)
+
+        def wrapper(*args, **kwargs):
+            s = session.get()
+            call = None
+            if s is not None:
+                with s.guard(name):
+                    bound = signature.bind_partial(*args, **kwargs)
+                    call = DeepSpeedCall(api=name, config=snapshot_config(config_of(bound.arguments)))
+                    s.manifest.deepspeed_calls.append(call)
+                    s.manifest.tp_requested.extend(tp_requests(call.config, name))
+                    s.flush()
+            r = ranges.Range(name)
+            t0 = time.perf_counter()
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as e:
+                r.close()
+                if call is not None:
+                    call.wall_s = round(time.perf_counter() - t0, 6)
+                    call.error = {"type": type(e).__name__, "message": str(e)[:4000]}
+                    s.flush()
+                raise
+            r.close()
+            if call is not None:
+                with s.guard(f"{name} inventory"):
+                    call.wall_s = round(time.perf_counter() - t0, 6)
+                    if returns_model:
+                        model = _engine_module(result)
+                        s.manifest.inventory = take_inventory(model, name)
+                        instrument_chat(type(model))
+                    elif args:
+                        args[0].__dict__["_dstrace_call"] = call  # zero.Init: its context time goes here
+                s.flush()
+            return result
+        return wrapper
+    return make
+
+
+def _initialize_config(arguments: dict):
+    config = arguments.get("config")
+    if config is None:
+        config = arguments.get("config_params")
+    if config is None and arguments.get("args") is not None:
+        config = getattr(arguments["args"], "deepspeed_config", None)
+    return config
+
+
+def _init_inference_config(arguments: dict):
+    kwargs = dict(arguments.get("kwargs") or {})
+    if arguments.get("config") is not None:
+        kwargs["config"] = arguments["config"]
+    return kwargs
+
+
+def _zero_init_config(arguments: dict):
+    config = arguments.get("config_dict_or_path")
+    return config if config is not None else arguments.get("config")
+
+
+def patch_deepspeed(module) -> None:
+    _wrap(module, "initialize", _deepspeed_api("deepspeed.initialize", _initialize_config))
+    _wrap(module, "init_inference", _deepspeed_api("deepspeed.init_inference", _init_inference_config))
+
+
+def patch_zero_init(module) -> None:
+    """deepspeed.zero.Init parses the config in __init__ (where 0.16.4+ refuses a bad tensor_parallel
+    block) and is a context manager: its wall time is from __enter__ to __exit__."""
+    init = module.Init
+    _wrap(init, "__init__", _deepspeed_api("deepspeed.zero.Init", _zero_init_config, returns_model=False))
+
+    def make_enter(original):
+        def __enter__(self, *a, **k):
+            self.__dict__.setdefault("_dstrace_open", []).append((ranges.Range("deepspeed.zero.Init context"),
+                                                                  time.perf_counter()))
+            return original(self, *a, **k)
+        return __enter__
+
+    def make_exit(original):
+        def __exit__(self, *a, **k):
+            try:
+                return original(self, *a, **k)
+            finally:
+                opened = self.__dict__.get("_dstrace_open")
+                if opened:
+                    r, t0 = opened.pop()
+                    r.close()
+                    call = self.__dict__.get("_dstrace_call")
+                    if call is not None:
+                        call.wall_s = round((call.wall_s or 0) + time.perf_counter() - t0, 6)
+        return __exit__
+
+    _wrap(init, "__enter__", make_enter)
+    _wrap(init, "__exit__", make_exit)
+
+
+# ---- ZeRO-3 fetch path ---------------------------------------------------------------------------
+def _module_label(module) -> str:
+    return f"{type(module).__name__}#{getattr(module, 'ds_id', '?')}"
+
+
+def patch_param_coordinator(module) -> None:
+    coordinator = module.PartitionedParameterCoordinator
+
+    def counted_range(kind: str, counter: str):
+        def make(original):
+            def wrapper(self, submodule, *args, **kwargs):
+                s = session.get()
+                if s is None:
+                    return original(self, submodule, *args, **kwargs)
+                s.manifest.zero3[counter] += 1
+                r = ranges.Range(f"zero3.{kind} {_module_label(submodule)}")
+                try:
+                    return original(self, submodule, *args, **kwargs)
+                finally:
+                    r.close()
+            return wrapper
+        return make
+
+    def gather(original):
+        def wrapper(self, params, *args, **kwargs):
+            s = session.get()
+            if s is None:
+                return original(self, params, *args, **kwargs)
+            nbytes = 0
+            with s.guard("zero3 gathered bytes"):
+                status = module.ZeroParamStatus.NOT_AVAILABLE
+                nbytes = sum(p.ds_numel * p.element_size() for p in params if p.ds_status == status)
+                s.add_gathered(nbytes)
+            r = ranges.Range(f"zero3.allgather bytes={nbytes}")
+            try:
+                return original(self, params, *args, **kwargs)
+            finally:
+                r.close()
+        return wrapper
+
+    _wrap(coordinator, "fetch_sub_module", counted_range("fetch", "fetches"))
+    _wrap(coordinator, "release_sub_module", counted_range("release", "releases"))
+    _wrap(coordinator, "_PartitionedParameterCoordinator__all_gather_params", gather)
+
+
+# ---- generation ----------------------------------------------------------------------------------
+def _token_counts(args, kwargs, output) -> tuple[int | None, int | None]:
+    input_ids = kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None))
+    sequences = getattr(output, "sequences", output)
+    out_len = int(sequences.shape[-1]) if hasattr(sequences, "shape") else None
+    in_len = int(input_ids.shape[-1]) if hasattr(input_ids, "shape") else None
+    if out_len is None:
+        return in_len, None
+    if in_len is not None and out_len >= in_len:
+        return in_len, out_len - in_len
+    return in_len, out_len  # inputs_embeds only: the output holds just the new tokens
+
+
+def _generation_api(api: str):
+    """Wrap generate()/chat(): a top-level call with its steps counted by forward hooks on the model."""
+    def make(original):
+        def wrapper(self, *args, **kwargs):
+            s = session.get()
+            if s is None:
+                return original(self, *args, **kwargs)
+            call, handles = None, []
+            with s.guard(f"{api} begin"):
+                call = s.begin_call(api, self)
+                if api == "generate" and call.index not in s.stepped_calls:
+                    s.stepped_calls.add(call.index)
+                    handles = _attach_step_hooks(s, self)
+                if s.manifest.inventory is None:
+                    s.manifest.inventory = take_inventory(self, api)
+            r = ranges.Range(api)
+            t0 = time.perf_counter()
+            error = None
+            try:
+                output = original(self, *args, **kwargs)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                r.close()
+                wall = time.perf_counter() - t0
+                with s.guard(f"{api} end"):
+                    for h in handles:
+                        h.remove()
+                    if call is not None and api == "generate" and error is None:
+                        in_len, new = _token_counts(args, kwargs, output)
+                        call.input_tokens = call.input_tokens or in_len
+                        call.new_tokens = (call.new_tokens or 0) + (new or 0)
+                    if call is not None:
+                        s.end_call(wall, error)
+            return output
+        return wrapper
+    return make
+
+
+def _attach_step_hooks(s: session.RankSession, model) -> list:
+    """A step range around every forward of the generating model: step 0 is the prefill."""
+    state = {}
+
+    def pre(module, inputs):
+        with s.guard("step begin"):
+            state["range"] = s.step_begin()
+
+    def post(module, inputs, output):
+        with s.guard("step end"):
+            s.step_end(state.pop("range", None))
+
+    return [model.register_forward_pre_hook(pre, prepend=True),
+            model.register_forward_hook(post, always_call=True)]
+
+
+def patch_generation(module) -> None:
+    _wrap(module.GenerationMixin, "generate", _generation_api("generate"))
+
+
+def instrument_chat(cls) -> None:
+    """Wrap the class's chat() where it is defined (InternVL-style remote code calls generate inside)."""
+    for owner in cls.__mro__:
+        if "chat" in owner.__dict__ and callable(owner.__dict__["chat"]):
+            _wrap(owner, "chat", _generation_api("chat"))
+            return
+
+
+def patch_modeling(module) -> None:
+    """Every HF model runs post_init() at the end of its __init__: the place to find a chat()."""
+    def make(original):
+        def post_init(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            s = session.get()
+            if s is not None:
+                with s.guard("chat instrumentation"):
+                    instrument_chat(type(self))
+            return result
+        return post_init
+
+    _wrap(module.PreTrainedModel, "post_init", make)
+
+
+def patch_hf_deepspeed_config(module) -> None:
+    def make(original):
+        def __init__(self, config_file_or_dict, *args, **kwargs):
+            s = session.get()
+            if s is not None:
+                with s.guard("HfDeepSpeedConfig"):
+                    snap = snapshot_config(config_file_or_dict)
+                    s.manifest.hf_deepspeed_config = snap
+                    s.manifest.tp_requested.extend(tp_requests(snap, "HfDeepSpeedConfig"))
+            return original(self, config_file_or_dict, *args, **kwargs)
+        return __init__
+
+    _wrap(module.HfDeepSpeedConfig, "__init__", make)
+
+
+# Module name -> what to patch once it has been imported.
+PATCHES = {
+    "deepspeed": patch_deepspeed,
+    "deepspeed.runtime.zero.partition_parameters": patch_zero_init,
+    "deepspeed.runtime.zero.partitioned_param_coordinator": patch_param_coordinator,
+    "transformers.generation.utils": patch_generation,
+    "transformers.modeling_utils": patch_modeling,
+    "transformers.integrations.deepspeed": patch_hf_deepspeed_config,
+}

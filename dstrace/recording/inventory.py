@@ -1,0 +1,82 @@
+"""The parameter inventory: every weight's logical shape against what this rank really holds.
+
+This is where "tp_size never sharded the model" becomes visible. ZeRO-3 keeps the logical shape in
+`ds_shape` and holds 1/world of the elements in `ds_tensor`; tensor parallelism changes the logical
+shape itself. So the effective TP degree is measured from shapes, never taken from a config.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .manifest import Inventory, Weight
+
+# Attributes under which DeepSpeed's AutoTP layers keep their tensor-parallel group size.
+_TP_SIZE_ATTRS = ("tp_world_size", "world_size")
+
+
+def _module_split(module, logical_numel: int) -> float:
+    """How many ways this module's weight is split by tensor parallelism.
+
+    `nn.Linear`/`nn.Embedding` keep the unsplit sizes as attributes, so a weight smaller than
+    those is split; DeepSpeed's AutoTP layers drop those attributes but keep their group size.
+    """
+    for attr in _TP_SIZE_ATTRS:
+        size = getattr(module, attr, None)
+        if isinstance(size, int) and size > 0 and hasattr(module, "mp_group"):
+            return float(size)
+    full = None
+    if hasattr(module, "in_features") and hasattr(module, "out_features"):
+        full = module.in_features * module.out_features
+    elif hasattr(module, "num_embeddings") and hasattr(module, "embedding_dim"):
+        full = module.num_embeddings * module.embedding_dim
+    if full and logical_numel:
+        return full / logical_numel
+    return 1.0
+
+
+def take_inventory(model, taken_at: str) -> Inventory:
+    weights: list[Weight] = []
+    classes: Counter = Counter()
+    logical = local = local_bytes = logical_bytes = partitioned = 0
+    seen: set[int] = set()
+    for module_name, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if id(p) in seen:  # tied weights count once
+                continue
+            seen.add(id(p))
+            shape = list(getattr(p, "ds_shape", None) or p.shape)
+            logical_numel = 1
+            for d in shape:
+                logical_numel *= int(d)
+            shard = getattr(p, "ds_tensor", None)
+            if shard is not None:
+                partitioned += 1
+                local_numel = int(shard.numel())
+            else:
+                local_numel = int(p.numel())
+            item = p.element_size()
+            split = _module_split(module, logical_numel) if len(shape) == 2 else 1.0
+            cls = type(module).__name__
+            classes[cls] += 1
+            weights.append(Weight(
+                name=f"{module_name}.{pname}" if module_name else pname, shape=shape,
+                local_numel=local_numel, dtype=str(p.dtype).replace("torch.", ""),
+                module_class=cls, split=round(split, 3)))
+            logical += logical_numel
+            local += local_numel
+            local_bytes += local_numel * item
+            logical_bytes += logical_numel * item
+    return Inventory(
+        taken_at=taken_at, model_class=type(model).__name__, weights=weights,
+        logical_numel=logical, local_numel=local, local_bytes=local_bytes, logical_bytes=logical_bytes,
+        zero3_partitioned=partitioned, module_classes=dict(classes), effective_tp=effective_tp(weights))
+
+
+def effective_tp(weights: list[Weight]) -> int:
+    """The split most of the model's 2-D weights show, weighted by size; 1 when nothing is split."""
+    votes: Counter = Counter()
+    for w in weights:
+        if len(w.shape) == 2:
+            numel = w.shape[0] * w.shape[1]
+            votes[max(1, round(w.split))] += numel
+    return votes.most_common(1)[0][0] if votes else 1

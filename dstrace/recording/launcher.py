@@ -1,0 +1,198 @@
+"""`dstrace record -- COMMAND...`: run the user's launch command with recording injected into every rank.
+
+The command runs unchanged; the injection travels in the environment (PYTHONPATH and DSTRACE_*), which
+DeepSpeed's launcher, torchrun and plain python all pass on to the processes they start. After the
+command ends, the run record (`run.json`) says which ranks left whole files and whether the run is
+complete; dstrace exits with the command's own exit code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+from ..errors import UserError
+from . import session
+from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, RankStatus, RunRecord,
+                       read_manifest, to_json, write_json_atomic)
+from .window import MODES, WindowOptions
+
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PYTHON_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed")
+# How long the command gets to write its files after dstrace forwards a SIGTERM.
+TERM_GRACE_S = 60.0
+
+
+@dataclass
+class RecordOptions:
+    command: list[str]
+    output: str | None
+    window: WindowOptions
+    force: bool = False
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("-o", "--output", help="run folder (default: traces/<time>-<program>)")
+    parser.add_argument("--mode", choices=MODES, default="full",
+                        help="full: torch.profiler trace of the window; annotate: ranges and timings only")
+    parser.add_argument("--window-call", type=int, default=1, metavar="N",
+                        help="which top-level chat()/generate() call to profile (default 1)")
+    parser.add_argument("--window-start", type=int, default=2, metavar="STEP",
+                        help="first forward step profiled; step 0 is the prefill (default 2)")
+    parser.add_argument("--window-steps", type=int, default=3, metavar="K",
+                        help="how many forward steps to profile (default 3)")
+    parser.add_argument("--force", action="store_true", help="record into a run folder that has files")
+    parser.add_argument("command", nargs="+", help="the launch command, after --")
+
+
+def options_from_args(args) -> RecordOptions:
+    if args.window_call < 1 or args.window_start < 0 or args.window_steps < 1:
+        raise UserError("the window needs --window-call >= 1, --window-start >= 0 and --window-steps >= 1")
+    return RecordOptions(command=list(args.command), output=args.output, force=args.force,
+                         window=WindowOptions(mode=args.mode, call=args.window_call,
+                                              start=args.window_start, steps=args.window_steps))
+
+
+def main(args) -> int:
+    return record(options_from_args(args))
+
+
+def default_run_dir(command: list[str]) -> str:
+    program = os.path.basename(command[0]) or "run"
+    return os.path.join("traces", f"{time.strftime('%Y%m%d-%H%M%S')}-{program}")
+
+
+def _is_plain_python(command: list[str]) -> bool:
+    """`python script.py` is one rank; `python -m torch.distributed.run ...` is a launcher."""
+    if not os.path.basename(command[0]).startswith("python"):
+        return False
+    args = command[1:]
+    if "-m" in args:
+        after = args[args.index("-m") + 1:]
+        return not (after and after[0].startswith(_PYTHON_LAUNCHER_MODULES))
+    return True
+
+
+def prepare_run_dir(path: str, force: bool) -> str:
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{path} exists and is not a folder: choose another run folder with -o")
+    if os.path.isdir(path) and os.listdir(path) and not force:
+        raise UserError(f"run folder {path} already has files: choose a new one with -o, or pass --force")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def child_environment(run_dir: str, run_id: str, opts: RecordOptions) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [BOOTSTRAP_DIR, PACKAGE_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env[session.ENV_RUN_DIR] = run_dir
+    env[session.ENV_RUN_ID] = run_id
+    env[session.ENV_WINDOW] = json.dumps(to_json(opts.window))
+    if _is_plain_python(opts.command):
+        env[session.ENV_SINGLE] = str(os.getpid())
+    return env
+
+
+def record(opts: RecordOptions) -> int:
+    run_dir = prepare_run_dir(opts.output or default_run_dir(opts.command), opts.force)
+    run = RunRecord(schema=RUN_SCHEMA, run_id=uuid.uuid4().hex[:12], command=opts.command,
+                    cwd=os.getcwd(), started=time.time(), status="running")
+    run_file = os.path.join(run_dir, RUN_FILE)
+    write_json_atomic(run_file, to_json(run))
+    executable = shutil.which(opts.command[0])
+    if executable is None:
+        run.status, run.exit_code = "incomplete", 127
+        run.problems.append(f"command not found: {opts.command[0]}")
+        write_json_atomic(run_file, to_json(run))
+        raise UserError(f"command not found: {opts.command[0]!r}; check the command after '--' "
+                        "(is it installed and on PATH?)", code=127)
+    print(f"dstrace: recording into {run_dir}", file=sys.stderr)
+    code = _run_child([executable] + opts.command[1:], child_environment(run_dir, run.run_id, opts))
+    summarize(run_dir, run, code)
+    write_json_atomic(run_file, to_json(run))
+    _report(run, run_dir)
+    return code
+
+
+def _run_child(command: list[str], env: dict[str, str]) -> int:
+    """Run the command; pass SIGTERM/SIGHUP on, and let Ctrl-C reach it as it would without dstrace."""
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as e:
+        raise UserError(f"cannot start {command[0]!r}: {e.strerror}; check the command after '--'",
+                        code=126) from None
+    forwarded = {}
+
+    def forward(signum, frame):
+        forwarded.setdefault("at", time.monotonic())
+        child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *a: None)  # the terminal sends it to the child too
+    try:
+        while True:
+            try:
+                code = child.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if "at" in forwarded and time.monotonic() - forwarded["at"] > TERM_GRACE_S:
+                    child.kill()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code
+
+
+def summarize(run_dir: str, run: RunRecord, exit_code: int) -> None:
+    """Fill the run record from the files the ranks left: which are whole, which ranks are missing."""
+    run.ended, run.exit_code = time.time(), exit_code
+    traces: dict[int, list[str]] = {}
+    for name in sorted(os.listdir(run_dir)):
+        if name.endswith(TRACE_SUFFIXES) and "_rank" in name:
+            rank_part = name.split("_rank", 1)[1].split(".", 1)[0]
+            if rank_part.isdigit():
+                traces.setdefault(int(rank_part), []).append(name)
+    world = 0
+    for name in sorted(os.listdir(run_dir)):
+        if not name.endswith(MANIFEST_SUFFIX):
+            continue
+        try:
+            m = read_manifest(os.path.join(run_dir, name))
+        except (OSError, ValueError) as e:
+            run.problems.append(f"{name}: unreadable manifest ({e})")
+            continue
+        status = m.status if m.status != "running" else "crashed"
+        if status != "complete":
+            detail = f": {m.exit_error['type']}: {m.exit_error['message'][:200]}" if m.exit_error else ""
+            run.problems.append(f"rank {m.rank} {status}{detail}")
+        run.ranks.append(RankStatus(rank=m.rank, status=status, manifest=name, traces=traces.get(m.rank, [])))
+        world = max(world, m.world_size)
+    found = {r.rank for r in run.ranks}
+    run.world_size = world or None
+    run.missing_ranks = [r for r in range(world) if r not in found]
+    if run.missing_ranks:
+        run.problems.append(f"no manifest from rank(s) {run.missing_ranks}")
+    if not run.ranks:
+        run.problems.append("no rank was recorded: did the command start Python processes that "
+                            "use torch, DeepSpeed or transformers?")
+    if exit_code != 0:
+        run.problems.append(f"the command exited with code {exit_code}")
+    complete = not run.problems and all(r.status == "complete" for r in run.ranks)
+    run.status = "complete" if complete else "incomplete"
+
+
+def _report(run: RunRecord, run_dir: str) -> None:
+    traces = sum(len(r.traces) for r in run.ranks)
+    print(f"dstrace: {run.status} run: {len(run.ranks)} rank(s) of world {run.world_size}, "
+          f"{traces} trace(s), in {run_dir}", file=sys.stderr)
+    for problem in run.problems:
+        print(f"dstrace: {problem}", file=sys.stderr)

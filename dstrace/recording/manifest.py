@@ -1,0 +1,190 @@
+"""The per-rank manifest and the run record: what a trace alone cannot say about a rank.
+
+Both are plain JSON written atomically, so a reader sees either the previous whole file or the new
+whole file, never a torn one. Recording writes them; analysis reads them with `read_manifest`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+MANIFEST_SCHEMA = "dstrace.manifest/1"
+RUN_SCHEMA = "dstrace.run/1"
+MANIFEST_SUFFIX = ".manifest.json"
+RUN_FILE = "run.json"
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+
+
+@dataclass
+class Weight:
+    """One parameter as this rank holds it. `shape` is the logical shape (`ds_shape` under ZeRO-3)."""
+    name: str
+    shape: list[int]
+    local_numel: int
+    dtype: str
+    module_class: str
+    split: float = 1.0  # logical elements of the unsplit weight over logical elements here (TP)
+
+
+@dataclass
+class Inventory:
+    taken_at: str  # which hook took it: "deepspeed.initialize", "generate", ...
+    model_class: str
+    weights: list[Weight]
+    logical_numel: int
+    local_numel: int
+    local_bytes: int
+    logical_bytes: int
+    zero3_partitioned: int  # weights carrying ds_shape/ds_tensor
+    module_classes: dict[str, int]  # class name -> weights owned
+    effective_tp: int  # measured from the weights' shapes, not from any config
+
+
+@dataclass
+class TPRequest:
+    """A tensor-parallel size asked for somewhere, and where."""
+    source: str  # "deepspeed.initialize config", "HfDeepSpeedConfig", "init_inference", ...
+    key: str  # "tensor_parallel.tp_size", "tensor_parallel.autotp_size", "init_inference(tensor_parallel.tp_size)"
+    value: Any
+
+
+@dataclass
+class DeepSpeedCall:
+    """One call of deepspeed.initialize / init_inference: its config exactly as passed and the outcome."""
+    api: str
+    config: Any  # dict as passed, or {"path": ..., "content": ...} for a file
+    wall_s: float | None = None
+    error: dict | None = None  # {"type", "message"} when DeepSpeed refused it
+
+
+@dataclass
+class GenerationCall:
+    """One top-level chat()/generate() call."""
+    index: int
+    api: str  # "chat" or "generate" (a generate inside chat belongs to the chat call)
+    model_class: str
+    wall_s: float | None = None
+    input_tokens: int | None = None
+    new_tokens: int | None = None
+    step_ms: list[float] = field(default_factory=list)  # per forward; step 0 is the prefill
+    gathered_bytes: list[int] = field(default_factory=list)  # ZeRO-3 all-gather bytes per forward
+    error: str | None = None
+
+
+@dataclass
+class Window:
+    mode: str  # "full" or "annotate"
+    call: int
+    start: int
+    steps: int
+    recorded_steps: list[int] = field(default_factory=list)
+    trace_file: str | None = None
+
+
+@dataclass
+class Manifest:
+    schema: str
+    run_id: str
+    status: str  # running | complete | failed | interrupted | terminated
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+    started: float
+    ended: float | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    gpu: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    deepspeed_calls: list[DeepSpeedCall] = field(default_factory=list)
+    hf_deepspeed_config: Any = None
+    tp_requested: list[TPRequest] = field(default_factory=list)
+    inventory: Inventory | None = None
+    calls: list[GenerationCall] = field(default_factory=list)
+    window: Window | None = None
+    zero3: dict[str, int] = field(default_factory=dict)  # fetches, releases, allgathers, gathered_bytes
+    peak_gpu_memory_bytes: int | None = None
+    peak_host_rss_bytes: int | None = None
+    hook_errors: list[str] = field(default_factory=list)
+    exit_error: dict | None = None
+
+
+@dataclass
+class RankStatus:
+    rank: int
+    status: str
+    manifest: str | None
+    traces: list[str]
+
+
+@dataclass
+class RunRecord:
+    schema: str
+    run_id: str
+    command: list[str]
+    cwd: str
+    started: float
+    status: str  # running | complete | incomplete
+    ended: float | None = None
+    exit_code: int | None = None
+    world_size: int | None = None
+    ranks: list[RankStatus] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write to a temporary name in the same folder, then rename: readers never see half a file."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def to_json(obj: Any) -> Any:
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def manifest_path(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, f"rank{rank}{MANIFEST_SUFFIX}")
+
+
+def _build(cls, data: dict):
+    """Rebuild a dataclass from its JSON, recursing into the nested record types."""
+    nested = {
+        "deepspeed_calls": DeepSpeedCall, "tp_requested": TPRequest, "calls": GenerationCall,
+        "weights": Weight, "ranks": RankStatus,
+    }
+    single = {"inventory": Inventory, "window": Window}
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            continue
+        if key in nested and isinstance(value, list):
+            value = [_build(nested[key], v) for v in value]
+        elif key in single and isinstance(value, dict):
+            value = _build(single[key], value)
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def read_manifest(path: str) -> Manifest:
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("schema") != MANIFEST_SCHEMA:
+        raise ValueError(f"{path} is not a dstrace manifest (schema {data.get('schema')!r})")
+    return _build(Manifest, data)
+
+
+def read_run(path: str) -> RunRecord:
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("schema") != RUN_SCHEMA:
+        raise ValueError(f"{path} is not a dstrace run record (schema {data.get('schema')!r})")
+    return _build(RunRecord, data)

@@ -1,0 +1,284 @@
+"""One rank's recording: identity, generation calls and their steps, the window, and the manifest.
+
+A process becomes a recorded rank eagerly when a launcher gave it a RANK (or it is the single python
+process dstrace started), otherwise lazily at the first hook that fires; launcher processes
+(torchrun's agent, DeepSpeed's runner) never fire one and so leave no files. Every failure of dstrace's
+own bookkeeping is caught and listed in the manifest: the user's job runs on.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+from . import ranges
+from .manifest import (MANIFEST_SCHEMA, GenerationCall, Manifest, manifest_path, to_json,
+                       write_json_atomic)
+from .window import ProfilerWindow, WindowOptions
+
+ENV_RUN_DIR = "DSTRACE_RUN_DIR"
+ENV_RUN_ID = "DSTRACE_RUN_ID"
+ENV_WINDOW = "DSTRACE_WINDOW"
+ENV_SINGLE = "DSTRACE_SINGLE_PROCESS_PARENT"  # pid of the dstrace launcher when the command is plain python
+ENV_RANK_PID = "DSTRACE_RANK_PID"  # set by a recorded rank: processes it starts are part of it, not ranks
+
+_ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "TORCHELASTIC_", "DS_", "OMP_", "MASTER_", "DSTRACE_")
+_ENV_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+              "CROSS_RANK", "CROSS_SIZE", "NODE_RANK", "MKL_NUM_THREADS")
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+
+
+class RankSession:
+    def __init__(self, run_dir: str, run_id: str, window: WindowOptions):
+        self.run_dir = run_dir
+        self.window = ProfilerWindow(window, self._trace_metadata)
+        self.lock = threading.RLock()
+        self.manifest = Manifest(
+            schema=MANIFEST_SCHEMA, run_id=run_id, status="running",
+            rank=_env_int("RANK", 0), local_rank=_env_int("LOCAL_RANK", 0),
+            world_size=_env_int("WORLD_SIZE", 1), host=socket.gethostname(), pid=os.getpid(),
+            started=time.time(), window=self.window.record,
+            zero3={"fetches": 0, "releases": 0, "allgathers": 0, "gathered_bytes": 0},
+            env={k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES) or k in _ENV_NAMES})
+        if not ranges.nvtx_available():
+            self.manifest.hook_errors.append("nvtx is not importable: NVTX ranges are off")
+        self._depth = 0
+        self._call: GenerationCall | None = None
+        self._step_starts: list[float] = []
+        self.stepped_calls: set[int] = set()  # calls whose model already carries step hooks
+        self._finished = False
+        self._written_path: str | None = None
+
+    # ---- bookkeeping safety -------------------------------------------------------------------
+    @contextmanager
+    def guard(self, where: str):
+        """Run dstrace's own bookkeeping; a failure is noted in the manifest, never raised."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - recording must never break the job
+            self.manifest.hook_errors.append(f"{where}: {type(e).__name__}: {e}")
+
+    # ---- identity and writing -----------------------------------------------------------------
+    def _refresh_identity(self) -> None:
+        if "torch" not in sys.modules:
+            return
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self.manifest.rank = dist.get_rank()
+            self.manifest.world_size = dist.get_world_size()
+
+    def flush(self) -> None:
+        with self.lock, self.guard("manifest write"):
+            self._refresh_identity()
+            path = manifest_path(self.run_dir, self.manifest.rank)
+            write_json_atomic(path, to_json(self.manifest))
+            if self._written_path and self._written_path != path and os.path.exists(self._written_path):
+                os.remove(self._written_path)  # the rank became known after the first write
+            self._written_path = path
+
+    @property
+    def worker(self) -> str:
+        return f"{self.manifest.host}_rank{self.manifest.rank}"
+
+    def _trace_metadata(self) -> dict:
+        self._refresh_identity()
+        m = self.manifest
+        return {"run_id": m.run_id, "rank": m.rank, "world_size": m.world_size,
+                "window": to_json(self.window.options)}
+
+    def export_window(self) -> None:
+        with self.guard("trace export"):
+            self._refresh_identity()
+            self.window.export(self.run_dir, self.worker)
+
+    def finish(self, status: str, error: BaseException | None = None) -> None:
+        """Write everything recorded so far; called once, at exit, on an exception or a signal."""
+        with self.lock:
+            if self._finished:
+                return
+            self._finished = True
+            self.export_window()
+            m = self.manifest
+            m.status = status
+            m.ended = time.time()
+            if error is not None:
+                m.exit_error = {"type": type(error).__name__, "message": str(error)[:2000]}
+            with self.guard("environment"):
+                collect_environment(m)
+            self.flush()
+
+    # ---- generation calls and their steps -----------------------------------------------------
+    def begin_call(self, api: str, model) -> GenerationCall:
+        """Enter chat()/generate(); a call nested in another belongs to the outer one."""
+        with self.lock:
+            self._depth += 1
+            if self._depth == 1:
+                self._call = GenerationCall(index=len(self.manifest.calls) + 1, api=api,
+                                            model_class=type(model).__name__)
+                self.manifest.calls.append(self._call)
+                self._step_starts = []
+            return self._call
+
+    def end_call(self, wall_s: float, error: BaseException | None = None) -> None:
+        with self.lock:
+            self._depth -= 1
+            if self._depth > 0 or self._call is None:
+                return
+            call, self._call = self._call, None
+            now = time.perf_counter()
+            starts = self._step_starts + [now]
+            call.step_ms = [round((b - a) * 1e3, 3) for a, b in zip(starts, starts[1:])]
+            call.wall_s = round(wall_s, 6)
+            if error is not None:
+                call.error = f"{type(error).__name__}: {error}"[:500]
+            self.window.stop()
+            self.export_window()  # after the call, so writing the trace is not timed inside it
+        self.flush()
+
+    def step_begin(self) -> ranges.Range | None:
+        call = self._call
+        if call is None:
+            return None
+        step = len(self._step_starts)
+        self.window.before_step(call.index, step)
+        self._step_starts.append(time.perf_counter())
+        call.gathered_bytes.append(0)
+        return ranges.Range(f"step#{step}")
+
+    def step_end(self, opened) -> None:
+        if opened is not None:
+            opened.close()
+        if self._call is not None:
+            self.window.after_step(self._call.index, len(self._step_starts) - 1)
+
+    def add_gathered(self, nbytes: int) -> None:
+        z = self.manifest.zero3
+        z["allgathers"] += 1
+        z["gathered_bytes"] += nbytes
+        if self._call is not None and self._call.gathered_bytes:
+            self._call.gathered_bytes[-1] += nbytes
+
+
+
+def collect_environment(m: Manifest) -> None:
+    """Versions, GPUs and peak memory, read at the end when every library the job used is loaded."""
+    import importlib.metadata as md
+    import platform
+
+    def version(pkg: str) -> str | None:
+        mod = sys.modules.get(pkg)
+        if mod is not None and getattr(mod, "__version__", None):
+            return str(mod.__version__)
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return None
+
+    from .. import __version__
+
+    v = {"python": platform.python_version(), "dstrace": __version__, "torch": version("torch"),
+         "deepspeed": version("deepspeed"), "transformers": version("transformers"),
+         "cuda": None, "nccl": None}
+    m.peak_host_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if "torch" in sys.modules:
+        import torch
+
+        v["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            m.gpu = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            m.peak_gpu_memory_bytes = int(torch.cuda.max_memory_allocated())
+            try:
+                nccl = torch.cuda.nccl.version()
+                v["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            except Exception:  # noqa: BLE001 - a build without NCCL
+                v["nccl"] = None
+    m.versions = v
+
+
+_session: RankSession | None = None
+_session_lock = threading.Lock()
+_pending_errors: list[str] = []  # noted before this process became a rank (patch failures at import)
+
+
+def note_error(message: str) -> None:
+    """Note a failure of dstrace's own, without making this process a rank."""
+    if _session is not None:
+        _session.manifest.hook_errors.append(message)
+    else:
+        _pending_errors.append(message)
+
+
+def get() -> RankSession | None:
+    """This process's session, created at the first need; None when dstrace is not recording."""
+    global _session
+    if _session is None and os.environ.get(ENV_RUN_DIR) and not _inside_a_rank():
+        with _session_lock:
+            if _session is None:
+                os.environ[ENV_RANK_PID] = str(os.getpid())
+                _session = RankSession(os.environ[ENV_RUN_DIR], os.environ.get(ENV_RUN_ID, ""),
+                                       WindowOptions.from_env(os.environ.get(ENV_WINDOW)))
+                _session.manifest.hook_errors.extend(_pending_errors)
+                _install_exit_handlers(_session)
+                _session.flush()
+    return _session
+
+
+def _inside_a_rank() -> bool:
+    """A process started by a recorded rank (a data-loader worker, a compile helper) inherits RANK."""
+    owner = os.environ.get(ENV_RANK_PID)
+    return owner is not None and owner != str(os.getpid())
+
+
+def is_rank_process() -> bool:
+    """A launcher-started rank, or the one python process `dstrace record -- python ...` started."""
+    if "RANK" in os.environ:
+        return True
+    parent = os.environ.get(ENV_SINGLE)
+    return parent is not None and parent == str(os.getppid())
+
+
+def _install_exit_handlers(s: RankSession) -> None:
+    import atexit
+
+    state = {"error": None}
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        state["error"] = value
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+
+    def at_exit():
+        err = state["error"]
+        if err is None:
+            s.finish("complete")
+        elif isinstance(err, KeyboardInterrupt):
+            s.finish("interrupted", err)
+        else:
+            s.finish("failed", err)
+
+    atexit.register(at_exit)
+
+    def on_term(signum, frame):
+        s.finish("terminated", RuntimeError(f"received {signal.Signals(signum).name}"))
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, on_term)
+

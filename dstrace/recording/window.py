@@ -1,0 +1,104 @@
+"""The profiler window: which forward steps of which chat()/generate() call the torch.profiler covers.
+
+A 1024-token run profiled end to end writes gigabytes and skews itself; a few steady-state decode steps
+say the same. The window opens before the forward pre-hook of step `start` of top-level call `call` and
+closes after step `start + steps - 1` (or when that call ends). The trace is written only after the
+call returns, so exporting it does not land inside the timed generation.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from . import ranges
+from .manifest import Window
+
+MODES = ("full", "annotate")
+
+
+@dataclass
+class WindowOptions:
+    mode: str = "full"
+    call: int = 1
+    start: int = 2
+    steps: int = 3
+
+    @classmethod
+    def from_env(cls, raw: str | None) -> "WindowOptions":
+        return cls(**json.loads(raw)) if raw else cls()
+
+
+class ProfilerWindow:
+    def __init__(self, options: WindowOptions, metadata: Callable[[], dict]):
+        self.options = options
+        self.metadata = metadata  # written into the trace as "dstrace": run id, rank, world, window
+        self.record = Window(mode=options.mode, call=options.call, start=options.start, steps=options.steps)
+        self._prof = None
+        self._done = False
+
+    @property
+    def active(self) -> bool:
+        """Collecting events now (stopped windows keep their events until export)."""
+        return self._prof is not None and not self._done
+
+    def wants(self, call: int, step: int) -> bool:
+        o = self.options
+        return (o.mode == "full" and not self._done and call == o.call
+                and o.start <= step < o.start + o.steps)
+
+    def before_step(self, call: int, step: int) -> None:
+        if self.wants(call, step) and not self.active:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+
+            gpu = torch.cuda.is_available()
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+            # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
+            self._prof = profile(activities=activities, record_shapes=not gpu)
+            self._prof.start()
+            self._prof.add_metadata_json("dstrace", json.dumps(self.metadata()))
+            ranges.set_profiling(True)
+
+    def after_step(self, call: int, step: int) -> None:
+        if self.active:
+            self.record.recorded_steps.append(step)
+            if step >= self.options.start + self.options.steps - 1:
+                self.stop()
+
+    def stop(self) -> None:
+        """Stop collecting; the events stay in memory until `export`."""
+        if self._prof is not None and not self._done:
+            ranges.set_profiling(False)
+            self._prof.stop()
+            self._done = True
+
+    def export(self, run_dir: str, worker: str) -> str | None:
+        """Write the trace as `<worker>.<ms>.pt.trace.json.gz`, the name HTA and TensorBoard look for.
+
+        The gzip is written under a temporary name and renamed, so a crash never leaves a file that
+        looks like a whole trace.
+        """
+        if self._prof is None:
+            return None
+        self.stop()
+        prof, self._prof = self._prof, None
+        name = f"{worker}.{int(time.time() * 1000)}.pt.trace.json.gz"
+        final = os.path.join(run_dir, name)
+        raw = f"{final}.{os.getpid()}.json.tmp"
+        packed = f"{final}.{os.getpid()}.tmp"
+        try:
+            prof.export_chrome_trace(raw)
+            with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(packed, final)
+        finally:
+            for leftover in (raw, packed):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
+        self.record.trace_file = name
+        return name

@@ -1,0 +1,119 @@
+"""The report's main.py: HfDeepSpeedConfig with ZeRO-3 and a `tensor_parallel` block, from_pretrained,
+deepspeed.initialize, then `module.chat(...)` with a different prompt on each rank.
+
+    deepspeed --num_gpus 2 launch/zero3_chat.py --size qwen2-7b --tp-size 2
+    DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 launch/zero3_chat.py --size tiny --tp-size 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, generation_config,  # noqa: E402
+                          pixel_values, prompt_for)
+
+CHECKPOINT_WAIT_S = 900
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--tp-size", type=int, default=None,
+                   help='put "tensor_parallel": {"tp_size": N} in the config, as the report did')
+    p.add_argument("--autotp-size", type=int, default=None,
+                   help='put "tensor_parallel": {"autotp_size": N} in the config (DeepSpeed >= 0.16.4)')
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=1, help="chat() calls, one after the other")
+    p.add_argument("--load", choices=("pretrained", "config"), default="pretrained",
+                   help="from_pretrained of a random-weight checkpoint, or from_config (no disk)")
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto")
+    p.add_argument("--result", default=None, help="append one JSON line per chat() call to this file")
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # DeepSpeed's launcher
+    return p.parse_args(argv)
+
+
+def ds_config(args, bf16: bool) -> dict:
+    """The report's config; the tensor_parallel block only when asked for."""
+    config = {
+        "bf16": {"enabled": bf16},
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True},
+    }
+    tp = {}
+    if args.tp_size is not None:
+        tp["tp_size"] = args.tp_size
+    if args.autotp_size is not None:
+        tp["autotp_size"] = args.autotp_size
+    if tp:
+        config["tensor_parallel"] = tp
+    return config
+
+
+def ensure_checkpoint(path: str, size: str, dtype, rank: int) -> None:
+    """Rank 0 saves a random-weight checkpoint once; the other ranks wait for it to appear whole."""
+    done = os.path.join(path, "config.json")
+    if rank == 0 and not os.path.exists(done):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        NVLMStandIn(build_config(size)).to(dtype).save_pretrained(tmp)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    deadline = time.time() + CHECKPOINT_WAIT_S
+    while not os.path.exists(done):
+        if time.time() > deadline:
+            raise SystemExit(f"rank {rank}: checkpoint {path} did not appear")
+        time.sleep(0.5)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    import deepspeed
+    from transformers.integrations import HfDeepSpeedConfig
+
+    rank = int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    bf16 = args.dtype == "bf16" or (args.dtype == "auto" and cuda)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    config = ds_config(args, bf16)
+    dschf = HfDeepSpeedConfig(config)  # noqa: F841 - must stay alive: from_pretrained builds under zero.Init
+
+    if args.load == "pretrained":
+        path = args.checkpoint_dir or os.path.join("/tmp", f"dstrace-standin-{args.size}")
+        ensure_checkpoint(path, args.size, dtype, rank)
+        model = NVLMStandIn.from_pretrained(path, dtype=dtype)
+    else:
+        model = NVLMStandIn._from_config(build_config(args.size), dtype=dtype)
+    engine, *_ = deepspeed.initialize(model=model, config_params=config)
+    model = engine.module.eval()
+
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])
+    pixels = pixel_values(device, dtype)
+    for i in range(args.repeats):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.chat(tokenizer, pixels, prompt_for(rank), generation_config(args.max_new_tokens))
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        line = {"rank": rank, "call": i + 1, "wall_s": wall, "tokens": args.max_new_tokens,
+                "ms_per_token": wall * 1e3 / args.max_new_tokens}
+        print(json.dumps(line), flush=True)
+        if args.result:
+            with open(args.result, "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Fixtures: synthetic GPU-shaped runs written to tmp_path, and one real 2-rank gloo run (session-wide)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import synthetic  # noqa: E402  (tests/analysis on the path first)
+
+
+@pytest.fixture
+def zero3_dir(tmp_path):
+    for b in synthetic.zero3_run(str(tmp_path)):
+        b.write(str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def gloo_run_dir(tmp_path_factory):
+    """Real CPU traces: torchrun of gloo_job.py, 2 ranks, rank 1 late to every AllGather."""
+    out = tmp_path_factory.mktemp("gloo_run")
+    env = dict(os.environ, DSTRACE_TEST_RUN_ID="gloo-e2e", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         os.path.join(HERE, "gloo_job.py"), str(out)],
+        env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out

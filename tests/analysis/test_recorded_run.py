@@ -1,0 +1,29 @@
+"""`dstrace analyze` on what `dstrace record` writes: the report's ZeRO-3 chat path, tiny, 2 gloo ranks.
+
+Uses the session-wide `zero3_run` fixture of tests/conftest.py (shared with the recording tests).
+"""
+import json
+import subprocess
+import sys
+
+from helpers import analyze_dir
+
+
+def test_recorded_zero3_chat(zero3_run):
+    run_dir, result = zero3_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    a = analyze_dir(run_dir)
+    assert a.run_id and a.ranks_found == [0, 1] and a.device == "cpu"
+    assert set(a.ranks[0].collectives) >= {"AllGather"}
+    assert a.steps is not None and a.steps.source == "dstrace/step ranges" and a.steps.count >= 1
+    assert a.steps.model_bytes and a.steps.gathered_bytes_median
+    assert "zero3-gathers-model-per-step" in {f.id for f in a.findings}
+    assert not any(w.startswith("skipped") for w in a.warnings)
+
+
+def test_recorded_run_through_the_dstrace_command(zero3_run):
+    run_dir, _ = zero3_run
+    proc = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", run_dir, "--format", "json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["schema"] == "dstrace.analysis/1"

@@ -1,0 +1,77 @@
+"""Shared helpers: run the real `dstrace` console script and read what it wrote."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+LAUNCH = os.path.join(ROOT, "launch")
+SCRIPTS = os.path.join(ROOT, "tests", "recording", "scripts")
+RUN_TIMEOUT_S = 600
+
+
+def tool(name: str) -> str:
+    """A console script of this environment (dstrace, torchrun, deepspeed)."""
+    return os.path.join(BIN, name)
+
+
+def cpu_env(**extra) -> dict:
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def dstrace(*args, env=None, cwd=ROOT, timeout=RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+    return subprocess.run([tool("dstrace"), *args], env=env or cpu_env(), cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_trace(path: str) -> dict:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def manifests(run_dir: str) -> dict[int, dict]:
+    return {m["rank"]: m for m in (read_json(os.path.join(run_dir, n)) for n in os.listdir(run_dir)
+                                   if n.endswith(".manifest.json"))}
+
+
+def traces(run_dir: str) -> list[str]:
+    return sorted(os.path.join(run_dir, n) for n in os.listdir(run_dir) if n.endswith(".pt.trace.json.gz"))
+
+
+def deepspeed_era_path() -> str:
+    """DeepSpeed 0.16.1, installed by `make test` beside the current release."""
+    path = os.environ.get("DSTRACE_DEEPSPEED_ERA")
+    if not path or not os.path.isdir(os.path.join(path, "deepspeed")):
+        pytest.skip("DSTRACE_DEEPSPEED_ERA is not set: run the tests with `make test`")
+    return path
+
+
+def record_zero3_chat(run_dir: str, *script_args: str, launcher: str = "torchrun", env=None):
+    if launcher == "torchrun":
+        command = [tool("torchrun"), "--nproc_per_node", "2"]
+    else:
+        command = [tool("deepspeed"), "--num_gpus", "2"]
+    return dstrace("record", "-o", run_dir, "--", *command, os.path.join(LAUNCH, "zero3_chat.py"),
+                   "--size", "tiny", *script_args, env=env)
+
+
+@pytest.fixture(scope="session")
+def zero3_run(tmp_path_factory):
+    """The report's path, tiny, under real DeepSpeed ZeRO-3 on two gloo ranks, via torchrun."""
+    run_dir = str(tmp_path_factory.mktemp("runs") / "zero3")
+    result = record_zero3_chat(run_dir, "--max-new-tokens", "8")
+    return run_dir, result
