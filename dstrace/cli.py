@@ -22,24 +22,23 @@ VERBS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """All verbs are listed; only the one being run is imported, so `record` starts without pandas."""
     parser = argparse.ArgumentParser(prog="dstrace", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="verb", required=True)
-    for verb, (module_name, help_text, usage) in VERBS.items():
-        try:
+    for name, (module_name, help_text, usage) in VERBS.items():
+        verb_parser = sub.add_parser(name, help=help_text, usage=usage)
+        if name == verb:
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name and module_name.startswith(e.name):
-                continue  # a verb not built yet
-            raise
-        verb_parser = sub.add_parser(verb, help=help_text, usage=usage)
-        module.add_arguments(verb_parser)
-        verb_parser.set_defaults(handler=module.main)
+            module.add_arguments(verb_parser)
+            verb_parser.set_defaults(handler=module.main)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(verb if verb in VERBS else None).parse_args(argv)
     try:
         return args.handler(args)
     except UserError as e:

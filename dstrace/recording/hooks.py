@@ -175,7 +175,7 @@ def patch_zero_init(module) -> None:
 
 # ---- ZeRO-3 fetch path ---------------------------------------------------------------------------
 def _module_label(module) -> str:
-    return f"{type(module).__name__}#{getattr(module, 'ds_id', '?')}"
+    return f"{type(module).__name__}#{getattr(module, 'ds_id', getattr(module, 'id', '?'))}"
 
 
 def patch_param_coordinator(module) -> None:

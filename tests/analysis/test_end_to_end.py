@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from helpers import analyze_dir
+from tests.conftest import tool
 
 
 def test_real_gloo_traces(gloo_run_dir):
@@ -28,7 +29,7 @@ def test_real_gloo_traces(gloo_run_dir):
 
 
 def test_cli_json_on_real_traces(gloo_run_dir):
-    proc = subprocess.run([sys.executable, "-m", "dstrace.analysis", str(gloo_run_dir), "--format", "json"],
+    proc = subprocess.run([tool("dstrace"), "analyze", str(gloo_run_dir), "--format", "json"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -7,6 +7,7 @@ import pytest
 
 import synthetic
 from helpers import analyze_dir, quiet
+from tests.conftest import tool
 from dstrace.analysis.loading import load_run
 from dstrace.errors import UserError
 
@@ -127,7 +128,7 @@ def test_single_process_multi_gpu_device_map_trace(tmp_path):
 
 
 def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "dstrace.analysis", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run([tool("dstrace"), "analyze", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [f"dstrace: no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {tmp_path}"]
     assert "Traceback" not in proc.stderr
