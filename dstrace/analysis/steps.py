@@ -51,7 +51,8 @@ def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -
     rows = []
     for rank, trace in run.traces.items():
         ev = trace.events
-        ev = ev[ev["name"].str.match(ALLGATHER_RANGE)]
+        # host ranges only: Kineto repeats a range that encloses kernels as a gpu_user_annotation
+        ev = ev[(ev["cat"] == "user_annotation") & ev["name"].str.match(ALLGATHER_RANGE)]
         for ts, name in zip(ev["ts"], ev["name"]):
             rows.append((rank, ts, int(ALLGATHER_RANGE.match(name).group(1))))
     source = "dstrace/zero3.allgather ranges"
