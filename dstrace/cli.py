@@ -19,6 +19,7 @@ VERBS = {
     "compare": ("dstrace.comparison.compare", "compare recorded runs side by side", None),
     "sweep": ("dstrace.comparison.sweep", "record configurations repeatedly, then compare", None),
     "view": ("dstrace.viewing", "open a run's timelines in TensorBoard or Perfetto", None),
+    "gather": ("dstrace.recording.gather", "merge the per-node folders of a multi-node run into one", None),
 }
 
 
