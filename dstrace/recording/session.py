@@ -152,8 +152,8 @@ class RankSession:
         if call is None:
             return None
         step = len(self._step_starts)
+        self._step_starts.append(time.perf_counter())  # before the profiler starts: its cost is in-window
         self.window.before_step(call.index, step)
-        self._step_starts.append(time.perf_counter())
         call.gathered_bytes.append(0)
         return ranges.Range(f"step#{step}")
 

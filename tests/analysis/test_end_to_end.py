@@ -2,7 +2,6 @@
 import json
 import os
 import subprocess
-import sys
 
 from helpers import analyze_dir
 from tests.conftest import tool

@@ -1,7 +1,6 @@
 """Bad input: each case gets one clear line (UserError) or, when partly usable, a warning naming what was skipped."""
 import os
 import subprocess
-import sys
 
 import pytest
 

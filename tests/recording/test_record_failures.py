@@ -1,8 +1,6 @@
 """What recording does when things go wrong: refused configs, crashing ranks, signals, bad commands."""
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import signal
 import subprocess
