@@ -51,8 +51,6 @@ def error_line(error: dict | None, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _ranks_text(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
 def _gb(n: float) -> str:
@@ -88,7 +86,7 @@ def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding |
     lo, hi = min(fractions) * 100, max(fractions) * 100
     pct = f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}%"
     where = "GPU" if device == "gpu" else "host (CPU trace)"
-    summary = (f"{_ranks_text(sorted(hit))}: {pct} of {where} time is communication transfer not overlapped "
+    summary = (f"{pct} of {where} time is communication transfer not overlapped "
                "by compute (peer wait excluded)")
     if top_kind[0]:
         k, c = top_kind
@@ -143,7 +141,7 @@ def host_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
                             "host_during_gpu_idle": s.host_time}
     r0, (s0, share0) = min(hit.items())
     which = f" on rank {r0}" if len(hit) > 1 else ""
-    summary = (f"{_ranks_text(sorted(hit))}: GPU idle {s0.idle_us / s0.span_us:.0%} of {_ms(s0.span_us)}{which}, "
+    summary = (f"GPU idle {s0.idle_us / s0.span_us:.0%} of {_ms(s0.span_us)}{which}, "
                f"{share0:.0%} of it waiting for the host to launch the next kernel")
     where = s0.host_time.get("in_dstrace_ranges") or s0.host_time.get("top_cpu_ops") or {}
     if where:
@@ -192,7 +190,7 @@ def tp_not_applied(run: LoadedRun) -> Finding | None:
     if not hit:
         return None
     first = evidence[str(hit[0])]["requested"][0]
-    summary = (f"{_ranks_text(hit)}: tensor parallel size {first['value']} was requested ({first['source']}: "
+    summary = (f"tensor parallel size {first['value']} was requested ({first['source']}: "
                f"{first['key']}) but the weights keep their full shape (effective TP 1): nothing is split by TP")
     return Finding("tp-not-applied", hit, summary, {"ranks": evidence})
 
@@ -207,7 +205,7 @@ def tp_config_rejected(run: LoadedRun) -> Finding | None:
     if not hit:
         return None
     call = evidence[str(hit[0])][0]
-    summary = f"{_ranks_text(hit)}: {call['api']} rejected the tensor_parallel config: {error_line(call['error'])}"
+    summary = f"{call['api']} rejected the tensor_parallel config: {error_line(call['error'])}"
     return Finding("tp-config-rejected", hit, summary, {"ranks": evidence})
 
 

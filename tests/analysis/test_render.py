@@ -47,7 +47,7 @@ def test_text_is_default_and_leads_with_findings(full_run, capsys):
     run_main([str(full_run)])
     out = capsys.readouterr().out
     assert out.index("Findings") < out.index("Time per rank")
-    assert "[peer-wait] rank 0 waits" in out
+    assert re.search(r"^  \[peer-wait\] ranks? [0-9, ]+: rank 0 waits", out, re.M)
 
 
 def test_markdown_for_an_issue(full_run, capsys):

@@ -1,7 +1,7 @@
 """Number formatting and the per-rank table shared by the text, markdown and html renderers."""
 from __future__ import annotations
 
-from dstrace.analysis.model import Analysis
+from dstrace.analysis.model import Analysis, Finding
 
 
 def ms(us: float | None) -> str:
@@ -23,6 +23,11 @@ def size(n: float | None) -> str:
 
 def device_label(a: Analysis) -> str:
     return {"gpu": "GPU traces", "cpu": "CPU-only traces", "none": "no traces (manifests only)"}.get(a.device, a.device)
+
+
+def ranks_of(f: Finding) -> str:
+    """The ranks a finding concerns, said once by every renderer (summaries do not repeat them)."""
+    return ("rank " if len(f.ranks) == 1 else "ranks ") + ", ".join(map(str, f.ranks))
 
 
 def ranks_line(a: Analysis) -> str:

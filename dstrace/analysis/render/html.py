@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 from dstrace.analysis.model import Analysis
-from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, steps_line
+from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line
 
 COLORS = {"compute": "#4c78a8", "communication": "#e45756", "other busy": "#b279a2", "idle": "#d8d8d8"}
 RANK_COLORS = ["#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279a2", "#72b7b2", "#eeca3b", "#9d755d"]
@@ -88,7 +88,7 @@ def _table(head, rows) -> str:
 
 
 def render_html(a: Analysis) -> str:
-    findings = "".join(f"<li><code>{_esc(f.id)}</code> (ranks {_esc(', '.join(map(str, f.ranks)))}): {_esc(f.summary)}</li>"
+    findings = "".join(f"<li><code>{_esc(f.id)}</code> ({_esc(ranks_of(f))}): {_esc(f.summary)}</li>"
                        for f in a.findings) or "<li>none</li>"
     line = steps_line(a)
     extra = "".join(f"<h2>{label}</h2><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in items) + "</ul>"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
-from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, steps_line
+from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line
 
 
 def _cell(text: str) -> str:
@@ -20,7 +20,7 @@ def render_markdown(a: Analysis) -> str:
     if line:
         out.append(f"- steps: {line}")
     out += ["", "### Findings", ""]
-    out += [f"- **`{f.id}`** (ranks {', '.join(map(str, f.ranks))}): {f.summary}" for f in a.findings] or ["- none"]
+    out += [f"- **`{f.id}`** ({ranks_of(f)}): {f.summary}" for f in a.findings] or ["- none"]
     if a.ranks:
         out += ["", "### Time per rank", ""] + md_table(*rank_rows(a))
     head, rows = collective_rows(a)

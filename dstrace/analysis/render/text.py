@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
-from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, steps_line
+from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line
 
 
 def table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -17,7 +17,7 @@ def render_text(a: Analysis) -> str:
     if not a.findings:
         out.append("  none: no finding's evidence holds in these traces")
     for f in a.findings:
-        out.append(f"  [{f.id}] {f.summary}")
+        out.append(f"  [{f.id}] {ranks_of(f)}: {f.summary}")
     out.append("")
     line = steps_line(a)
     if line:
