@@ -9,7 +9,7 @@ DS_ERA := $(abspath .cache/deepspeed-0.16.1)
 DS_ERA_STAMP := $(DS_ERA)/deepspeed/__init__.py
 export DS_ACCELERATOR ?= cpu
 
-.PHONY: demo test install
+.PHONY: demo test install browser
 
 install: $(STAMP) $(DS_ERA_STAMP)
 
@@ -29,5 +29,9 @@ demo: install
 	  $(BIN)/torchrun --nproc_per_node 2 launch/zero3_chat.py --size tiny --tp-size 2 --max-new-tokens 16
 	$(BIN)/dstrace analyze traces/demo
 
-test: install
+# Debian's Chromium for the browser tests of `dstrace view` (Playwright drives it; it downloads no browser).
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+test: install browser
 	DSTRACE_DEEPSPEED_ERA=$(DS_ERA) $(BIN)/python -m pytest -q
