@@ -6,14 +6,21 @@ exactly `max_new_tokens` tokens, so runs of different configurations are compara
 """
 from __future__ import annotations
 
+import atexit
+import os
+
 import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
-# Language-model shapes. "tiny" runs on CPU in tests; "qwen2-7b" is the 7-8B class used on the H200s;
+# Language-model shapes. "tiny" and "mini" run on CPU in tests; "qwen2-7b" is the 7-8B class used on the H200s;
 # "qwen2-72b" is the report's language model (shape only: it needs more than 2 GPUs).
 SIZES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512),
+    # The smallest shape AutoTP splits two ways: DeepSpeed shards rows in grains of 64, so a 64-wide
+    # weight (as in "tiny") stays whole on one rank.
+    "mini": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512),
     "small": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
                   num_key_value_heads=4, vocab_size=32000),
@@ -102,7 +109,8 @@ def dispatch_over_gpus(config: NVLMStandInConfig, dtype) -> NVLMStandIn:
     for name, param in list(model.named_parameters()):
         owner = max((k for k in device_map if k == "" or name == k or name.startswith(k + ".")), key=len)
         device = device_map[owner]
-        set_module_tensor_to_device(model, name, device, value=random_weight(param.shape, dtype, device))
+        set_module_tensor_to_device(model, name, device, value=random_weight(param.shape, dtype, device),
+                                    dtype=dtype)
     return dispatch_model(model, device_map=device_map)
 
 
@@ -125,3 +133,23 @@ def prompt_for(rank: int) -> str:
 def pixel_values(device, dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     return torch.randn(IMAGE_TOKENS, PATCH_DIM, generator=g).to(device=device, dtype=dtype)
+
+
+def set_local_size_for_cpu_allreduce() -> None:
+    """DeepSpeed's CPU all-reduce kernel (AutoTP's all-reduce on CPU) maps its shared memory only when
+    LOCAL_SIZE equals the world size, but runs whether or not it did: without LOCAL_SIZE, which DeepSpeed's
+    launcher sets and torchrun does not, the first AutoTP all-reduce reads an unmapped workspace and the
+    rank dies with SIGSEGV. torchrun's LOCAL_WORLD_SIZE is the same number. Call before init_distributed."""
+    if "LOCAL_SIZE" not in os.environ and "LOCAL_WORLD_SIZE" in os.environ:
+        os.environ["LOCAL_SIZE"] = os.environ["LOCAL_WORLD_SIZE"]
+    atexit.register(_remove_cpu_allreduce_buffer)
+
+
+def _remove_cpu_allreduce_buffer() -> None:
+    """The kernel never unlinks its 66 MB shared-memory buffer: each run would leave one per rank in /dev/shm."""
+    name = "_".join(["deepspeed_allreduce_buffer", str(os.getuid()), os.environ.get("MASTER_ADDR", ""),
+                     os.environ.get("MASTER_PORT", ""), os.environ.get("RANK", "0")])
+    try:
+        os.unlink(os.path.join("/dev/shm", name))
+    except OSError:
+        pass

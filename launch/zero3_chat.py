@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, generation_config,  # noqa: E402
-                          pixel_values, prompt_for)
+                          pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
 
 CHECKPOINT_WAIT_S = 900
 
@@ -28,7 +28,8 @@ def parse_args(argv=None):
     p.add_argument("--tp-size", type=int, default=None,
                    help='put "tensor_parallel": {"tp_size": N} in the config, as the report did')
     p.add_argument("--autotp-size", type=int, default=None,
-                   help='put "tensor_parallel": {"autotp_size": N} in the config (DeepSpeed >= 0.16.4)')
+                   help='put "tensor_parallel": {"autotp_size": N} in the config (DeepSpeed >= 0.16.4); the ranks '
+                        'of an AutoTP group share one input, so every rank then gets the same prompt')
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--repeats", type=int, default=1, help="chat() calls, one after the other")
     p.add_argument("--load", choices=("pretrained", "config"), default="pretrained",
@@ -86,6 +87,8 @@ def main(argv=None) -> None:
     bf16 = args.dtype == "bf16" or (args.dtype == "auto" and cuda)
     dtype = torch.bfloat16 if bf16 else torch.float32
     config = ds_config(args, bf16)
+    if (args.autotp_size or 0) > 1:
+        set_local_size_for_cpu_allreduce()
     dschf = HfDeepSpeedConfig(config)  # noqa: F841 - must stay alive: from_pretrained builds under zero.Init
 
     if args.load == "pretrained":
@@ -100,10 +103,11 @@ def main(argv=None) -> None:
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])
     pixels = pixel_values(device, dtype)
+    prompt = prompt_for(0 if (args.autotp_size or 0) > 1 else rank)
     for i in range(args.repeats):
         t0 = time.perf_counter()
         with torch.no_grad():
-            model.chat(tokenizer, pixels, prompt_for(rank), generation_config(args.max_new_tokens))
+            model.chat(tokenizer, pixels, prompt, generation_config(args.max_new_tokens))
         if cuda:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0

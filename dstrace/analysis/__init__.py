@@ -15,6 +15,7 @@ from dstrace.errors import UserError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dstrace.analysis.alignment import CLOCK_POLICIES
     from dstrace.analysis.render import FORMATS
+    from dstrace.analysis.summaries import AUTO_MIN_RANKS, SOURCES
 
     parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN")
     parser.add_argument("--format", choices=FORMATS, default="text",
@@ -24,17 +25,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--align-clocks", choices=CLOCK_POLICIES, default="auto",
                         help="shift rank clocks to match collective ends: auto = ranks on another host than "
                              "the lowest rank (default), always, never")
+    parser.add_argument("--source", choices=SOURCES, default="auto",
+                        help="read the rank summaries (*.summary.json.gz, written by dstrace record) or the "
+                             f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
+                             "ranks or the traces are large (default)")
 
 
 def main(args: argparse.Namespace) -> int:
+    from dstrace.analysis import summaries
     from dstrace.analysis.loading import load_run
-    from dstrace.analysis.pipeline import analyze
+    from dstrace.analysis.pipeline import analyze, analyze_summaries
     from dstrace.analysis.render import render
 
-    run = load_run(args.trace_dir)
-    print(f"dstrace: analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment",
-          file=sys.stderr, flush=True)
-    analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
+    if summaries.choose_source(args.trace_dir, getattr(args, "source", "auto")) == "summaries":
+        run = summaries.load_summaries(args.trace_dir)
+        print(f"dstrace: analyzing {len(run.summaries)} rank summaries: collectives, cross-rank alignment",
+              file=sys.stderr, flush=True)
+        analysis = analyze_summaries(run, clock_policy=getattr(args, "align_clocks", "auto"))
+    else:
+        run = load_run(args.trace_dir)
+        print(f"dstrace: analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment",
+              file=sys.stderr, flush=True)
+        analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
     for warning in analysis.warnings:
         print(f"dstrace: warning: {warning}", file=sys.stderr)
     report = render(analysis, args.format)

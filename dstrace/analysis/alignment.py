@@ -13,6 +13,7 @@ different calls). Once matched:
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -60,18 +61,43 @@ def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None) -> 
     return coll, warnings
 
 
-def _pair_offsets(coll: pd.DataFrame) -> dict[tuple[int, int], tuple[float, int]]:
-    """Median end difference (b - a) and the number of shared collectives, for every rank pair."""
-    ends = coll.pivot_table(index="instance", columns="rank", values="end", aggfunc="first")
-    out = {}
-    ranks = list(ends.columns)
-    for i, a in enumerate(ranks):
-        for b in ranks[i + 1:]:
-            d = (ends[b] - ends[a]).dropna()
-            if len(d):
-                out[(a, b)] = (float(d.median()), len(d))
-                out[(b, a)] = (-float(d.median()), len(d))
-    return out
+def _ends_by_rank(coll: pd.DataFrame) -> dict[int, pd.Series]:
+    """Each rank's collective ends indexed by instance (the first, should a rank hold an instance twice)."""
+    ends = coll.drop_duplicates(["instance", "rank"])
+    return {int(r): g.set_index("instance")["end"] for r, g in ends.groupby("rank")}
+
+
+def _end_differences(coll: pd.DataFrame, ends: dict[int, pd.Series], a: int) -> pd.DataFrame:
+    """Offset of every rank b sharing a collective with rank a (b's clock - a's), and how many they share.
+
+    Only the instances rank a took part in are read, so the cost follows a's collectives, not ranks squared.
+    Causality bounds each estimate: no rank finishes a collective before every peer has started it, so
+    the offset lies in [max(start_b - end_a), min(end_b - start_a)]. GPU kernels end together, so the
+    median end difference is the estimate, kept inside those bounds. Host-side ops (gloo, c10d) do not:
+    each finishes after its own share of host work, which differs by rank; there the middle of the bounds
+    is the estimate, and the end median only when the bounds contradict each other.
+    """
+    mine = ends.get(a)
+    if mine is None or mine.empty:
+        return pd.DataFrame(columns=["diff", "n"])
+    own = coll[coll["rank"] == a].drop_duplicates("instance").set_index("instance")
+    rows = coll[coll["instance"].isin(mine.index)].drop_duplicates(["instance", "rank"])
+    rows = rows[rows["rank"] != a]
+    at = rows["instance"]
+    by_rank = rows["rank"].to_numpy()
+    frame = pd.DataFrame({
+        "diff": rows["end"].to_numpy() - at.map(mine).to_numpy(),
+        "lower": rows["ts"].to_numpy() - at.map(own["end"]).to_numpy(),
+        "upper": rows["end"].to_numpy() - at.map(own["ts"]).to_numpy()}, index=by_rank).groupby(level=0)
+    out = pd.DataFrame({"diff": frame["diff"].median(), "n": frame["diff"].size(),
+                        "lower": frame["lower"].max(), "upper": frame["upper"].min()}).sort_index()
+    consistent = out["lower"] <= out["upper"]
+    kernels = "source" in own and bool((own["source"] == "nccl kernel").all())
+    if kernels:
+        out.loc[consistent, "diff"] = out.loc[consistent, "diff"].clip(out["lower"], out["upper"])
+    else:
+        out.loc[consistent, "diff"] = (out["lower"] + out["upper"])[consistent] / 2
+    return out[["diff", "n"]]
 
 
 def estimate_clock_offsets(coll: pd.DataFrame, hosts: dict[int, str | None],
@@ -80,24 +106,27 @@ def estimate_clock_offsets(coll: pd.DataFrame, hosts: dict[int, str | None],
 
     auto applies an offset to ranks on another host than the reference (or of unknown host); always and
     never force it. Ranks sharing no collective with any aligned rank keep offset 0, marked unmatched.
+    Breadth first from the reference: each rank is estimated against the first aligned rank it shares
+    a collective with, so hundreds of ranks in one world group cost one pass over the reference's calls.
     """
     ranks = sorted(set(coll["rank"]) | set(hosts))
     if not ranks:
         return {}
     ref = ranks[0]
-    pairs = _pair_offsets(coll) if not coll.empty else {}
+    ends = _ends_by_rank(coll) if not coll.empty else {}
     offsets: dict[int, ClockOffset] = {ref: ClockOffset(0.0, False, 0.0, 0, None)}
     estimate = {ref: 0.0}
     queue = deque([ref])
-    while queue:
+    while queue and len(estimate) < len(ranks):
         a = queue.popleft()
-        for (x, b), (diff, n) in sorted(pairs.items()):
-            if x != a or b in estimate:
+        for b, row in _end_differences(coll, ends, a).iterrows():
+            b = int(b)
+            if b in estimate:
                 continue
-            estimate[b] = estimate[a] + diff
+            estimate[b] = estimate[a] + float(row["diff"])
             same_host = hosts.get(b) is not None and hosts.get(b) == hosts.get(ref)
             applied = policy == "always" or (policy == "auto" and not same_host)
-            offsets[b] = ClockOffset(estimate[b], applied, None, n, a)
+            offsets[b] = ClockOffset(estimate[b], applied, None, int(row["n"]), a)
             queue.append(b)
     for r in ranks:
         offsets.setdefault(r, ClockOffset(0.0, False, None, 0, None))
@@ -112,7 +141,7 @@ def apply_offsets(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> pd.Dat
         coll[col] = coll[col] - shift
     if coll.empty:
         return coll
-    ends = coll.pivot_table(index="instance", columns="rank", values="end", aggfunc="first")
+    ends = _ends_by_rank(coll)
     for r, o in offsets.items():
         if o.via is None or r not in ends or o.via not in ends:
             continue
@@ -174,3 +203,60 @@ def align(coll: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict[int, str |
     offsets = estimate_clock_offsets(matched, hosts, policy)
     corrected = apply_offsets(matched, offsets)
     return split_wait(corrected), offsets, warnings
+
+
+@dataclass
+class ClockAlignment:
+    """Every rank of a run put on the reference rank's clock: what analyze, compare and view share."""
+    offsets: dict[int, ClockOffset]
+    collectives: pd.DataFrame  # matched across ranks, on the reference clock, split into wait and transfer
+    warnings: list[str]
+
+    def shift_us(self, rank: int) -> float:
+        """What to subtract from `rank`'s trace timestamps (0 for ranks left on their own clock)."""
+        o = self.offsets.get(rank)
+        return o.offset_us if o is not None and o.applied else 0.0
+
+    def to_reference(self, rank: int, ts_us):
+        """A timestamp, or an array of them, of `rank`'s trace on the reference clock."""
+        return ts_us - self.shift_us(rank)
+
+    @property
+    def worst_residual(self) -> tuple[int, float] | None:
+        """(rank, us) of the largest residual among shifted ranks: how far apart aligned traces may still be."""
+        shifted = [(r, o.residual_us) for r, o in self.offsets.items() if o.applied and o.residual_us is not None]
+        return max(shifted, key=lambda ro: ro[1]) if shifted else None
+
+
+def run_frames(run) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, str | None]]:
+    """Collectives, step ranges and hosts of a run read from its traces (`LoadedRun`) or its rank summaries
+    (`summaries.SummaryRun`): the same frames either way."""
+    from dstrace.analysis import collectives, steps, summaries
+
+    if isinstance(run, summaries.SummaryRun):
+        return summaries.collective_frame(run), summaries.step_frame(run), run.hosts
+    step_df, _ = steps.step_ranges(run)
+    return collectives.collective_events(run), step_df, {r: t.host for r, t in run.traces.items()}
+
+
+def align_run(run, policy: str = "auto") -> ClockAlignment:
+    """The clock alignment of a loaded run; compare and view call this rather than re-deriving offsets."""
+    coll, step_df, hosts = run_frames(run)
+    aligned, offsets, warnings = align(coll, step_df, hosts, policy)
+    return ClockAlignment(offsets, aligned, warnings)
+
+
+def alignment_note(offsets: dict[int, ClockOffset]) -> str | None:
+    """One line for any number of ranks: how many were shifted, by how much, and the residual left."""
+    shifted = {r: o for r, o in offsets.items() if o.applied}
+    if not shifted:
+        return None
+    values = [o.offset_us for o in shifted.values()]
+    residuals = [o.residual_us for o in shifted.values() if o.residual_us is not None]
+    line = (f"clocks aligned on the ends of matched collectives: {len(shifted)} rank(s) shifted by "
+            f"{min(values) / 1e3:+.3f} to {max(values) / 1e3:+.3f} ms")
+    if residuals:
+        worst = max(shifted, key=lambda r: shifted[r].residual_us or 0.0)
+        line += (f"; residual median {float(np.median(residuals)):.1f} us, worst {max(residuals):.1f} us "
+                 f"(rank {worst})")
+    return line

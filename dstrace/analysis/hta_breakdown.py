@@ -1,24 +1,42 @@
-"""The standard per-rank GPU breakdowns, computed by HTA (holistictraceanalysis 0.5.0).
+"""The standard per-rank GPU breakdowns, computed by HTA (holistictraceanalysis 0.5.0), from dstrace's own parse.
 
 HTA gives temporal (idle / compute / non-compute), kernel-type totals, communication-computation
 overlap and idle-time causes (host wait, kernel-launch gaps, other). Its critical-path and
-frequent-sequence analyses fail on pandas 3 and are not used. HTA is handed our rank -> file map,
-so its `"rank": N` text match (which defaults to rank 0) is never used. It logs plenty: silenced.
-Each analysis that fails on a rank becomes a warning, never the end of the report.
+frequent-sequence analyses fail on pandas 3 and are not used.
+
+HTA's parser would read every trace a second time, and slowly (row-wise `apply`s over millions of
+events). Instead HTA's frame is built here from the columns `tracefile` already parsed, the same frame
+HTA's `parse_trace_file` makes (rows with a duration and a category but the profiler's own `Trace`
+span, symbol-coded names, its timestamp rounding, `index_correlation`, `iteration`), handed to a
+one-rank `hta.common.trace.Trace`, and HTA's own analyzers run on it. Every HTA breakdown dstrace uses
+is per rank, so one rank at a time gives what a whole-run `Trace` gives, in the process that parsed
+the rank and with only that rank in memory. HTA logs plenty: silenced. Each analysis that fails
+becomes a problem line, never the end of the report.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import logging
+import os
+import re
 import warnings
 
+import numpy as np
 import pandas as pd
 
 from dstrace.analysis.model import LoadedRun
+from dstrace.analysis.tracefile import Columns
 
 IDLE_CONSECUTIVE_KERNEL_DELAY_NS = 30
 """HTA's default: gaps under 30 ns between kernels are launch overhead ("kernel wait"), not host wait."""
+# HTA's default parser config: (column, default when the event lacks the arg)
+HTA_ARGS = (("stream", -1), ("correlation", -1), ("bytes", -1), ("memory_bw_gbps", 0.0), ("wait_on_stream", -1),
+            ("wait_on_cuda_event_record_corr_id", -1), ("input_dims", "-1"), ("input_type", "-1"),
+            ("input_strides", "-1"), ("external_id", -1))
+PROFILER_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+ATTRS_KEY = "hta"
+"""Where a rank's HTA results travel with its events frame: `events.attrs["hta"] = {"breakdowns", "problems"}`."""
 
 
 @contextlib.contextmanager
@@ -37,32 +55,109 @@ def _quiet():
         hta_logger.propagate = propagate
 
 
-def _load(run: LoadedRun):
+def _values(columns: Columns, name: str, rows: np.ndarray) -> np.ndarray:
+    table = np.empty(len(columns.tables[name]), dtype=object)
+    table[:] = columns.tables[name]
+    return table[columns.codes[name][rows]]
+
+
+def _arg(columns: Columns, name: str, default, rows: np.ndarray) -> np.ndarray:
+    """An arg column as HTA's parser fills it: the default where the event lacks the arg."""
+    values = columns.args[name][rows]
+    if values.dtype == object:
+        values = values.copy()
+        values[pd.isna(values)] = default
+        return values
+    values = np.where(np.isnan(values), default, values)
+    if isinstance(default, int) and np.all(values == np.trunc(values)):
+        return values.astype(np.int64)
+    return values
+
+
+def _add_iteration(df: pd.DataFrame, names: pd.Series) -> None:
+    """HTA's `add_iteration`, vectorised: CPU events take the ProfilerStep they start in, kernels their launch's."""
+    ts = df["ts"].to_numpy()
+    stream = df["stream"].to_numpy()
+    iteration = np.full(len(df), np.nan)
+    cpu = stream < 0
+    iteration[cpu] = -1
+    steps = names[names.str.startswith("ProfilerStep")]
+    for label, name in steps.items():
+        step = int(PROFILER_STEP.match(name).group(1))
+        start, dur = df.at[label, "ts"], df.at[label, "dur"]
+        iteration[cpu & (ts >= start) & (ts < start + dur)] = step
+    gpu = stream > 0
+    linked = df["index_correlation"].to_numpy()
+    by_label = pd.Series(iteration, index=df.index)
+    looked = by_label.reindex(np.where(linked > 0, linked, df.index[0])).to_numpy()
+    iteration[gpu] = np.where(linked[gpu] > 0, looked[gpu], -1)
+    df["iteration"] = pd.to_numeric(pd.Series(iteration, index=df.index), downcast="integer")
+
+
+def hta_frame(columns: Columns):
+    """HTA's per-rank DataFrame and symbol table, as `hta.common.trace.parse_trace_file` makes them."""
+    from hta.common.trace import transform_correlation_to_index
+    from hta.common.trace_symbol_table import TraceSymbolTable
+
+    cat_table = columns.tables["cat"]
+    kept_cats = np.array([c not in ("", None, "Trace") for c in cat_table] or [False], dtype=bool)
+    rows = np.flatnonzero(columns.has_dur & kept_cats[columns.codes["cat"]])
+    names = pd.Series(_values(columns, "name", rows), index=columns.position[rows])
+    cats = _values(columns, "cat", rows)
+    ts, dur = columns.ts[rows], columns.dur[rows]
+    if not columns.ts_all_int:  # HTA's round_down_time_stamps
+        end = np.floor(ts + dur).astype(np.int64)
+        ts = np.ceil(ts).astype(np.int64)
+        dur = end - ts
+    elif np.all(ts == np.trunc(ts)):
+        ts = ts.astype(np.int64)
+    symbols = TraceSymbolTable()
+    symbols.add_symbols(set(cats) | set(names))
+    ids = symbols.get_sym_id_map()
+    data = {"index": pd.to_numeric(pd.Series(columns.position[rows]), downcast="integer").to_numpy(),
+            "cat": np.fromiter((ids[c] for c in cats), dtype=np.int64, count=len(rows)),
+            "name": np.fromiter((ids[n] for n in names), dtype=np.int64, count=len(rows)),
+            "pid": _values(columns, "pid", rows), "tid": _values(columns, "tid", rows), "ts": ts, "dur": dur}
+    data.update({name: _arg(columns, name, default, rows) for name, default in HTA_ARGS})
+    df = pd.DataFrame(data, index=columns.position[rows])
+    for col in ("pid", "tid"):
+        df[col] = df[col].infer_objects()
+    for col in df.columns.drop("correlation"):  # HTA downcasts every int column; a narrow correlation column
+        if df[col].dtype.kind == "i":          # then cannot take event indices (HTA 0.5.0 fails on pandas 3)
+            df[col] = pd.to_numeric(df[col], errors="coerce", downcast="integer")
+    df = transform_correlation_to_index(df, symbols)
+    _add_iteration(df, names)
+    df["end"] = df["ts"] + df["dur"]
+    return df, symbols
+
+
+def _trace(path: str, meta: dict, columns: Columns):
+    """A one-rank HTA Trace, loaded as `Trace.load_traces(include_last_profiler_step=True)` would."""
     from hta.common.trace import Trace
 
-    ranks = [r for r, t in run.traces.items() if t.has_gpu]
-    t = Trace(trace_files={r: run.traces[r].path for r in ranks}, trace_dir=run.trace_dir)
-    t.load_traces(include_last_profiler_step=True, use_multiprocessing=False, use_memory_profiling=False)
+    df, symbols = hta_frame(columns)
+    t = Trace(trace_files={0: path}, trace_dir=os.path.dirname(path))
+    t.meta_data[0], t.traces[0], t.symbol_table = meta, df, symbols
+    t.align_and_filter_trace(include_last_profiler_step=True)
+    df = t.traces[0].set_index("index", drop=False)
+    df.index.names = [None]
+    t.traces[0] = df
+    t.is_parsed = True
     return t
 
 
-def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:
-    """Per rank: {"temporal": {...}, "kernel_types_us": {...}, "top_kernels": [...], "comm_comp_overlap_pct",
-    "idle_causes_us": {...}}. Empty for CPU-only runs (HTA needs GPU kernels)."""
-    out: dict[int, dict] = {}
+def rank_breakdowns(path: str, meta: dict, columns: Columns) -> tuple[dict, list[str]]:
+    """One rank's {"temporal", "kernel_types_us", "top_kernels", "comm_comp_overlap_pct", "idle_causes_us"}
+    and the problems met, from its parsed columns."""
+    out: dict = {}
     problems: list[str] = []
-    if run.device != "gpu":
-        return out, problems
     with _quiet():
         try:
             from hta.analyzers.breakdown_analysis import BreakdownAnalysis
             from hta.analyzers.communication_analysis import CommunicationAnalysis
-            t = _load(run)
-        except Exception as exc:  # HTA is a third-party parser: any failure is reported, not fatal
-            return out, [f"HTA could not load the traces ({type(exc).__name__}: {exc}); HTA breakdowns skipped"]
-        ranks = t.get_ranks()
-        for r in ranks:
-            out[r] = {}
+            t = _trace(path, meta, columns)
+        except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
+            return out, [f"HTA could not load the trace ({type(exc).__name__}: {exc}); HTA breakdowns skipped"]
 
         def attempt(label, fn):
             try:
@@ -72,33 +167,48 @@ def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:
                 return None
 
         temporal = attempt("temporal breakdown", lambda: BreakdownAnalysis.get_temporal_breakdown(t, visualize=False))
-        if temporal is not None:
-            for _, row in temporal.iterrows():
-                out[int(row["rank"])]["temporal"] = {
-                    "idle_us": float(row["idle_time(us)"]), "compute_us": float(row["compute_time(us)"]),
-                    "non_compute_us": float(row["non_compute_time(us)"]), "span_us": float(row["kernel_time(us)"]),
-                    "idle_pct": float(row["idle_time_pctg"]), "compute_pct": float(row["compute_time_pctg"]),
-                    "non_compute_pct": float(row["non_compute_time_pctg"]),
-                }
+        if temporal is not None and len(temporal):
+            row = temporal.iloc[0]
+            out["temporal"] = {
+                "idle_us": float(row["idle_time(us)"]), "compute_us": float(row["compute_time(us)"]),
+                "non_compute_us": float(row["non_compute_time(us)"]), "span_us": float(row["kernel_time(us)"]),
+                "idle_pct": float(row["idle_time_pctg"]), "compute_pct": float(row["compute_time_pctg"]),
+                "non_compute_pct": float(row["non_compute_time_pctg"]),
+            }
         kernels = attempt("kernel breakdown", lambda: BreakdownAnalysis.get_gpu_kernel_breakdown(
             t, visualize=False, num_kernels=5, include_memory_kernels=True))
-        if kernels is not None:
+        if kernels is not None and len(kernels[1]):
             per_kernel: pd.DataFrame = kernels[1]
-            for rank, g in per_kernel.groupby("rank"):
-                out[int(rank)]["kernel_types_us"] = {k: float(v) for k, v in g.groupby("kernel_type")["sum (us)"].sum().items()}
-                top = g.sort_values("sum (us)", ascending=False).head(8)
-                out[int(rank)]["top_kernels"] = [
-                    {"name": str(n), "kernel_type": str(k), "total_us": float(s)}
-                    for n, k, s in zip(top["name"], top["kernel_type"], top["sum (us)"])]
+            out["kernel_types_us"] = {k: float(v) for k, v in per_kernel.groupby("kernel_type")["sum (us)"].sum().items()}
+            top = per_kernel.sort_values("sum (us)", ascending=False).head(8)
+            out["top_kernels"] = [{"name": str(n), "kernel_type": str(k), "total_us": float(s)}
+                                  for n, k, s in zip(top["name"], top["kernel_type"], top["sum (us)"])]
         overlap = attempt("communication-computation overlap",
                           lambda: CommunicationAnalysis.get_comm_comp_overlap(t, visualize=False))
-        if overlap is not None:
-            for _, row in overlap.iterrows():
-                value = float(row["comp_comm_overlap_pctg"])
-                out[int(row["rank"])]["comm_comp_overlap_pct"] = value if value == value else None
-        for r in ranks:
-            idle = attempt(f"idle time breakdown of rank {r}", lambda r=r: BreakdownAnalysis.get_idle_time_breakdown(
-                t, IDLE_CONSECUTIVE_KERNEL_DELAY_NS, rank=r, visualize=False)[0])
-            if idle is not None:
-                out[r]["idle_causes_us"] = {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
+        if overlap is not None and len(overlap):
+            value = float(overlap.iloc[0]["comp_comm_overlap_pctg"])
+            out["comm_comp_overlap_pct"] = value if value == value else None
+        idle = attempt("idle time breakdown", lambda: BreakdownAnalysis.get_idle_time_breakdown(
+            t, IDLE_CONSECUTIVE_KERNEL_DELAY_NS, rank=0, visualize=False)[0])
+        if idle is not None:
+            out["idle_causes_us"] = {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
+    return out, problems
+
+
+def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:
+    """Per rank with GPU kernels, the breakdowns `rank_breakdowns` gave when the rank was loaded, and the
+    problems met, one line each. Empty for CPU-only runs (HTA needs GPU kernels)."""
+    out: dict[int, dict] = {}
+    problems: list[str] = []
+    if run.device != "gpu":
+        return out, problems
+    for rank, trace in sorted(run.traces.items()):
+        if not trace.has_gpu:
+            continue
+        result = trace.events.attrs.get(ATTRS_KEY)
+        if result is None:
+            problems.append(f"rank {rank}: HTA breakdowns were not computed when the trace was loaded; left out")
+            continue
+        out[rank] = result["breakdowns"]
+        problems.extend(f"rank {rank}: {p}" for p in result["problems"])
     return out, problems

@@ -1,23 +1,34 @@
 """Find the per-rank traces of a run folder, parse them, and refuse what cannot be analyzed.
 
-Only this module reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
-complete events as a DataFrame), the dstrace manifests when present, and warnings for what it skipped.
-Input that cannot be analyzed at all raises `UserError` with one line saying what is wrong.
+This module, with `tracefile` (parsing one file) and `cache` (the parsed form kept beside it), is where
+the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its complete
+events as a DataFrame, its HTA breakdowns in `events.attrs["hta"]`), the dstrace manifests when
+present, and warnings for what it skipped. Input that cannot be analyzed at all raises `UserError`
+with one line saying what is wrong.
+
+Ranks without a usable cache are parsed in worker processes, as many at once as there are CPUs and
+memory for (`parse_workers`); each worker parses its trace once, computes HTA's breakdowns from that
+parse, and writes the cache, which the main process then reads: the first and every later analysis
+see the same frames.
 """
 from __future__ import annotations
 
-import gzip
 import json
+import multiprocessing
 import os
 import re
+import shutil
 import sys
-import zlib
+import tempfile
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from dstrace.errors import UserError
+from dstrace.analysis import cache, hta_breakdown, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.recording.manifest import (
@@ -27,27 +38,19 @@ from dstrace.recording.manifest import (
 GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 
-# Trace-event args copied into columns: (column, arg key). Everything else in args is dropped.
-ARG_COLUMNS = (
-    ("correlation", "correlation"),
-    ("external_id", "External id"),
-    ("stream", "stream"),
-    ("device", "device"),
-    ("coll_name", "Collective name"),
-    ("in_nelems", "In msg nelems"),
-    ("out_nelems", "Out msg nelems"),
-    ("dtype", "dtype"),
-    ("group_size", "Group size"),
-    ("pg_name", "Process Group Name"),
-    ("pg_ranks", "Process Group Ranks"),
-    ("input_dims", "Input Dims"),
-    ("input_type", "Input type"),
-)
+ARG_COLUMNS = tracefile.ARG_COLUMNS
 EVENT_COLUMNS = ["name", "cat", "pid", "tid", "ts", "dur", "end", "is_gpu"] + [c for c, _ in ARG_COLUMNS]
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 HOST_IN_NAME = re.compile(r"^(?P<host>.+?)_rank\d+")
 
 Progress = Callable[[str], None]
+
+WORKER_PEAK_PER_TRACE_BYTE = 2.0
+"""A parse worker's peak RSS over the uncompressed size of its trace, measured with bench/ (with margin)."""
+WORKER_BASE_BYTES = 300 << 20
+"""A worker's RSS before it parses: Python, pandas, numpy, HTA."""
+PARALLEL_MIN_BYTES = 32 << 20
+"""Below this much JSON to parse, starting worker processes costs more than it saves."""
 
 
 def stderr_progress(message: str) -> None:
@@ -66,27 +69,6 @@ def find_trace_files(trace_dir: str) -> list[str]:
     return [os.path.join(trace_dir, n) for n in traces]
 
 
-def read_trace_json(path: str) -> dict:
-    """Parse one file; any damage becomes a ValueError whose message says what is wrong with it."""
-    try:
-        if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                raw = f.read()
-        else:
-            with open(path, "rb") as f:
-                raw = f.read()
-        data = json.loads(raw)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise ValueError(f"truncated or corrupt gzip ({exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"truncated or corrupt JSON ({exc})") from None
-    except OSError as exc:
-        raise ValueError(f"unreadable ({exc.strerror or exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError("not a torch.profiler trace (no traceEvents list)")
-    return data
-
-
 def dstrace_metadata(data: dict) -> dict | None:
     """The "dstrace" trace metadata: an object, or a JSON string when added with add_metadata_json."""
     value = data.get("dstrace")
@@ -98,27 +80,117 @@ def dstrace_metadata(data: dict) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def events_frame(trace_events: list[dict]) -> pd.DataFrame:
+def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
     """Complete ('X') events as a DataFrame, with the args the analyses use as columns."""
-    rows = []
-    for e in trace_events:
-        if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
-            continue
-        args = e.get("args") or {}
-        row = [e.get("name", ""), e.get("cat", ""), e.get("pid"), e.get("tid"),
-               float(e["ts"]), float(e.get("dur") or 0.0)]
-        row.extend(args.get(key) for _, key in ARG_COLUMNS)
-        rows.append(row)
-    columns = ["name", "cat", "pid", "tid", "ts", "dur"] + [c for c, _ in ARG_COLUMNS]
-    df = pd.DataFrame(rows, columns=columns)
-    df["name"] = df["name"].astype(str)
-    df["cat"] = df["cat"].astype(str)
+    def coded(name: str) -> pd.Series:
+        table = np.empty(len(columns.tables[name]), dtype=object)
+        table[:] = columns.tables[name]
+        return pd.Series(table[columns.codes[name]])
+
+    df = pd.DataFrame({"name": coded("name").astype(str), "cat": coded("cat").astype(str),
+                       "pid": coded("pid").infer_objects(), "tid": coded("tid").infer_objects(),
+                       "ts": columns.ts, "dur": columns.dur})
+    for col, _ in ARG_COLUMNS:
+        values = columns.args[col]
+        if not columns.present[col]:
+            values = np.full(len(values), None, dtype=object)
+        df[col] = pd.Series(values).infer_objects() if values.dtype == object else values
     df["end"] = df["ts"] + df["dur"]
     df["is_gpu"] = df["cat"].isin(GPU_CATEGORIES)
     for col in ("stream", "device", "correlation"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df.loc[~df["is_gpu"], "stream"] = -1
     return df[EVENT_COLUMNS]
+
+
+def parse_rank(path: str, targets: list[str]) -> tuple[str | None, str | None]:
+    """Parse one trace, compute its HTA breakdowns from that parse, and write both as a cache to the first of
+    `targets` that accepts it. Returns (what is wrong with the file, None) or (None, the cache written).
+    Runs in a worker process: only a short answer goes back."""
+    print_ = cache.fingerprint(path)
+    try:
+        meta, columns = tracefile.read_trace(path)
+    except ValueError as exc:
+        return str(exc), None
+    events = events_frame(columns)
+    hta = None
+    if events["is_gpu"].any():
+        breakdowns, problems = hta_breakdown.rank_breakdowns(path, meta, columns)
+        hta = {"breakdowns": breakdowns, "problems": problems}
+    del columns
+    for target in targets:
+        try:
+            cache.write(target, print_, events, meta, hta)
+            return None, target
+        except OSError:
+            continue
+    return "could not write its parsed form anywhere (folder and temporary folder refused)", None
+
+
+def uncompressed_size(path: str) -> int:
+    """The JSON size of a trace: gzip's ISIZE trailer (size mod 4 GiB) or the file size."""
+    size = os.path.getsize(path)
+    if path.endswith(".gz") and size >= 4:
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            size = max(size, int.from_bytes(f.read(4), "little"))
+    return size
+
+
+def parse_workers(paths: list[str]) -> int:
+    """How many traces to parse at once: one per CPU, as many as fit in the memory available now (a worker
+    peaks at about WORKER_PEAK_PER_TRACE_BYTE x its trace's JSON size), and one when there is little to parse."""
+    import psutil
+
+    sizes = [uncompressed_size(p) for p in paths]
+    if len(paths) < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    per_worker = WORKER_BASE_BYTES + WORKER_PEAK_PER_TRACE_BYTE * max(sizes)
+    by_memory = int(psutil.virtual_memory().available // per_worker)
+    return max(1, min(cpus, len(paths), by_memory))
+
+
+def _pool_context():
+    """fork where there is one: workers start at once, with pandas already imported, and never re-run the
+    caller's main module (spawn would); they run only dstrace's and HTA's code. Else the default."""
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
+def parse_traces(files: list[str], progress: Progress, workers: int | None = None) -> dict[str, tuple | str]:
+    """path -> (events, trace metadata, HTA results) or the reason the file is unusable. Cached parses are
+    read; the others parsed, `workers` at a time (None: `parse_workers`)."""
+    out: dict[str, tuple | str] = {}
+    todo = []
+    for i, path in enumerate(files, 1):
+        hit = cache.read(path)
+        if hit is None:
+            todo.append(path)
+            continue
+        progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its cache)")
+        out[path] = hit
+    if not todo:
+        return {p: out[p] for p in files}
+    scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
+    try:
+        targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
+        workers = parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
+        for path in todo:
+            progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
+        if workers == 1:
+            results = [parse_rank(p, t) for p, t in zip(todo, targets)]
+        else:
+            with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
+                results = list(pool.map(parse_rank, todo, targets))
+        for path, (problem, written) in zip(todo, results):
+            if problem is not None:
+                out[path] = problem
+                continue
+            hit = cache.read(path, written)
+            out[path] = hit if hit is not None else "changed while it was being parsed; analyze again"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {p: out[p] for p in files}
 
 
 def _rank_of(path: str, data: dict, meta: dict | None) -> tuple[int | None, str | None]:
@@ -212,8 +284,9 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
                      manifests=manifests, run_record=run, warnings=warnings)
 
 
-def load_run(trace_dir: str, progress: Progress = stderr_progress) -> LoadedRun:
-    """Read and validate a run folder. Raises UserError when nothing in it can be analyzed."""
+def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int | None = None) -> LoadedRun:
+    """Read and validate a run folder. Raises UserError when nothing in it can be analyzed. `workers`: how
+    many traces to parse at once (None: as many as CPUs and memory allow)."""
     trace_dir = os.path.abspath(trace_dir)
     files = find_trace_files(trace_dir)
     warnings: list[str] = []
@@ -227,23 +300,23 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress) -> LoadedRun:
             raise UserError(f"no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {trace_dir}")
         return _manifests_only(trace_dir, manifests, run, warnings)
 
-    parsed: list[tuple[str, dict, dict | None]] = []
-    for i, path in enumerate(files, 1):
-        progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)}")
-        try:
-            data = read_trace_json(path)
-        except ValueError as exc:
-            skipped.append({"path": path, "reason": str(exc)})
-            warnings.append(f"skipped {os.path.basename(path)}: {exc}")
+    parsed: list[tuple[str, dict, dict | None, pd.DataFrame]] = []
+    for path, result in parse_traces(files, progress, workers).items():
+        if isinstance(result, str):
+            skipped.append({"path": path, "reason": result})
+            warnings.append(f"skipped {os.path.basename(path)}: {result}")
             continue
-        parsed.append((path, data, dstrace_metadata(data)))
+        events, data, hta = result
+        if hta is not None:
+            events.attrs[hta_breakdown.ATTRS_KEY] = hta
+        parsed.append((path, data, dstrace_metadata(data), events))
     if not parsed:
         reasons = "; ".join(f"{os.path.basename(s['path'])}: {s['reason']}" for s in skipped)
         raise UserError(f"no usable trace in {trace_dir} ({reasons})")
 
     claims: dict[int, list[str]] = defaultdict(list)
     traces: dict[int, RankTrace] = {}
-    for path, data, meta in parsed:
+    for path, data, meta, events in parsed:
         rank, source = _rank_of(path, data, meta)
         if rank is None and len(parsed) == 1:
             rank, source = 0, "single trace"
@@ -255,7 +328,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress) -> LoadedRun:
             warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {meta['rank']}; using {rank}")
         claims[rank].append(path)
         traces[rank] = RankTrace(
-            rank=rank, path=path, events=events_frame(data["traceEvents"]), world_size=_world_of(data, meta),
+            rank=rank, path=path, events=events, world_size=_world_of(data, meta),
             host=_host_of(path, data), run_id=(meta or {}).get("run_id"),
             distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
             dstrace=meta,

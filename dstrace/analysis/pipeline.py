@@ -1,10 +1,13 @@
 """The analysis of one loaded run: pure functions over its traces, in dependency order."""
 from __future__ import annotations
 
+import os
+import statistics
+
 import pandas as pd
 
 from dstrace.analysis import alignment, collectives, findings, host, hta_breakdown, steps as steps_mod, utilization
-from dstrace.analysis.model import Analysis, LoadedRun, RankSummary
+from dstrace.analysis.model import Analysis, LoadedRun, RankSummary, StepSummary
 
 
 def _step_window(step_df: pd.DataFrame, rank: int) -> tuple[float, float] | None:
@@ -67,3 +70,85 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
         ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=summaries, steps=step_summary,
         findings=findings.all_findings(run, summaries, step_summary), clock=clock,
         waits_over_time=waits_over_time, warnings=warnings, notes=notes, skipped=run.skipped)
+
+
+TRACE_POINTERS_PER_FINDING = 8
+"""Name the full traces of up to this many ranks per finding: enough to open, few enough to read."""
+
+
+def analyze_summaries(run, clock_policy: str = "auto") -> Analysis:
+    """The analysis of a run read from its rank summaries (`summaries.SummaryRun`): the same matching,
+    clock alignment, wait split, statistics and findings, without HTA's per-trace breakdowns."""
+    from dstrace.analysis import summaries
+
+    warnings = list(run.warnings)
+    notes = [f"read from the {len(run.summaries)} rank summaries (*.summary.json.gz), not the traces: "
+             "HTA breakdowns and host time during GPU idle need the traces (dstrace analyze --source traces)"]
+    if run.device == "cpu":
+        notes.append("no GPU kernels in any trace: analyzed the CPU-side collective ops (gloo / c10d) instead; "
+                     "all times are host times")
+    raw = summaries.collective_frame(run)
+    step_df = summaries.step_frame(run)
+    if len(raw) and (raw["bytes"] == 0).all():
+        notes.append("collective sizes are unknown in these traces (profile with record_shapes=True on CPU)")
+    coll, clock, align_warnings = alignment.align(raw, step_df, run.hosts, clock_policy)
+    warnings.extend(align_warnings)
+    note = alignment.alignment_note(clock)
+    if note:
+        notes.append(note)
+    stats = collectives.collective_stats(coll)
+    waits = alignment.wait_summary(coll)
+    ranks: dict[int, RankSummary] = {}
+    for r, s in sorted(run.summaries.items()):
+        util, w = s.get("utilization") or {}, waits.get(r, {})
+        ranks[r] = RankSummary(
+            rank=r, file=run.trace_path(r), host=s.get("host"), span_us=util.get("span_us", 0.0),
+            idle_us=util.get("idle_us", 0.0), busy_us=util.get("busy_us", {}),
+            exposed_comm_us=util.get("exposed_comm_us", 0.0), collectives=stats.get(r, {}),
+            comm_us=w.get("comm_us", 0.0), wait_us=w.get("wait_us", 0.0), waited_for=w.get("waited_for", {}),
+            late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0))
+    step_summary = _summary_steps(run, step_df, raw)
+    found = findings.all_findings(run, ranks, step_summary)
+    for f in found:
+        named = [f"rank {r}: {os.path.basename(run.trace_path(r))}" for r in f.ranks[:TRACE_POINTERS_PER_FINDING]
+                 if r in run.summaries]
+        if named:
+            more = f" and {len(f.ranks) - len(named)} more" if len(f.ranks) > len(named) else ""
+            notes.append(f"{f.id}: full traces in {run.trace_dir}: " + "; ".join(named) + more)
+    t0 = float(coll["ts"].min()) if len(coll) else 0.0
+    waits_over_time = pd.DataFrame({"rank": coll["rank"], "kind": coll["kind"],
+                                    "ts_ms": (coll["ts"] - t0) / 1e3, "wait_us": coll["wait_us"]}) \
+        if len(coll) else pd.DataFrame(columns=["rank", "kind", "ts_ms", "wait_us"])
+    return Analysis(
+        trace_dir=run.trace_dir, run_id=run.run_id, device=run.device, world_size=run.world_size,
+        ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=ranks, steps=step_summary,
+        findings=found, clock=clock, waits_over_time=waits_over_time, warnings=warnings, notes=notes,
+        skipped=run.skipped)
+
+
+def _summary_steps(run, step_df: pd.DataFrame, raw_coll: pd.DataFrame) -> StepSummary | None:
+    """Decode steps from the summaries' step ranges; step times from the manifests when there are none."""
+    from dstrace.analysis import summaries
+
+    manifest_ms = steps_mod._manifest_decode_ms(run)
+    if step_df.empty and not manifest_ms:
+        return None
+    decode = steps_mod.decode_steps(step_df) if not step_df.empty else step_df
+    gathered, gathered_source = summaries.gathered_per_step(run, raw_coll)
+    gathered = {k: v for k, v in gathered.items() if not decode.empty and k[1] in set(decode["step"])}
+    per_rank = {}
+    for rank, g in decode.groupby("rank"):
+        entry = {"count": int(len(g)), "ms_median": float(g["ms"].median())}
+        mine = [v for (r, _), v in gathered.items() if r == rank]
+        if mine:
+            entry["gathered_bytes_median"] = float(statistics.median(mine))
+        per_rank[int(rank)] = entry
+    if decode.empty:
+        count, ms_median, source = len(manifest_ms), float(statistics.median(manifest_ms)), "manifest step_ms"
+    else:
+        count, ms_median, source = int(decode["step"].nunique()), float(decode["ms"].median()), "dstrace/step ranges"
+    return StepSummary(
+        count=count, ms_median=ms_median, source=source, per_rank=per_rank,
+        manifest_ms_median=float(statistics.median(manifest_ms)) if manifest_ms else None,
+        gathered_bytes_median=float(statistics.median(gathered.values())) if gathered else None,
+        gathered_source=gathered_source if gathered else None, model_bytes=steps_mod.model_bytes(run))

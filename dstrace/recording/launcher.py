@@ -7,10 +7,10 @@ complete; dstrace exits with the command's own exit code.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,8 +18,8 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import UserError
-from . import session
-from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, RankStatus, RunRecord,
+from . import multinode, session
+from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, Manifest, RankStatus, RunRecord,
                        read_manifest, to_json, write_json_atomic)
 from .window import MODES, WindowOptions
 
@@ -36,6 +36,7 @@ class RecordOptions:
     output: str | None
     window: WindowOptions
     force: bool = False
+    run_id: str | None = None  # the same on every node of a run recorded node by node
 
 
 def add_arguments(parser) -> None:
@@ -49,13 +50,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--window-steps", type=int, default=3, metavar="K",
                         help="how many forward steps to profile (default 3)")
     parser.add_argument("--force", action="store_true", help="record into a run folder that has files")
+    parser.add_argument("--run-id", metavar="ID",
+                        help="the run's id; give every node of a multi-node torchrun run the same one "
+                             "(default: torchrun's --rdzv-id, else a new random id); see docs/multi-node.md")
     parser.add_argument("command", nargs="+", help="the launch command, after --")
 
 
 def options_from_args(args) -> RecordOptions:
     if args.window_call < 1 or args.window_start < 0 or args.window_steps < 1:
         raise UserError("the window needs --window-call >= 1, --window-start >= 0 and --window-steps >= 1")
-    return RecordOptions(command=list(args.command), output=args.output, force=args.force,
+    return RecordOptions(command=list(args.command), output=args.output, force=args.force, run_id=args.run_id,
                          window=WindowOptions(mode=args.mode, call=args.window_call,
                                               start=args.window_start, steps=args.window_steps))
 
@@ -80,47 +84,100 @@ def _is_plain_python(command: list[str]) -> bool:
     return True
 
 
-def prepare_run_dir(path: str, force: bool) -> str:
+def prepare_run_dir(path: str, force: bool, role: multinode.NodeRole | None = None, run_id: str = "") -> str:
+    """A new or empty folder; for one node of several, a folder the other nodes of the same run may share."""
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{path} exists and is not a folder: choose another run folder with -o")
-    if os.path.isdir(path) and os.listdir(path) and not force:
+    if role is not None and os.path.isdir(path) and not force:
+        if os.path.exists(multinode.node_record_path(path, role.node)):
+            raise UserError(f"{role.node} of a run was already recorded in {path}: choose a new folder with -o "
+                            "or a new --run-id, or pass --force")
+        others = {m.run_id for m in _manifests(path).values()} - {run_id}
+        if others:
+            raise UserError(f"run folder {path} holds run(s) {', '.join(sorted(others))}, not {run_id}: "
+                            "choose a new one with -o")
+    elif os.path.isdir(path) and os.listdir(path) and not force:
         raise UserError(f"run folder {path} already has files: choose a new one with -o, or pass --force")
     os.makedirs(path, exist_ok=True)
     return path
 
 
-def child_environment(run_dir: str, run_id: str, opts: RecordOptions) -> dict[str, str]:
+def _manifests(run_dir: str) -> dict[str, Manifest]:
+    """Readable manifests of a folder by file name; unreadable ones are left to `summarize` to report."""
+    out = {}
+    for name in sorted(os.listdir(run_dir)):
+        if name.endswith(MANIFEST_SUFFIX):
+            try:
+                out[name] = read_manifest(os.path.join(run_dir, name))
+            except (OSError, ValueError, TypeError):
+                continue
+    return out
+
+
+def child_environment(run_dir: str, run_id: str, opts: RecordOptions,
+                      role: multinode.NodeRole | None = None) -> dict[str, str]:
     env = dict(os.environ)
     paths = [BOOTSTRAP_DIR, PACKAGE_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env[session.ENV_RUN_DIR] = run_dir
     env[session.ENV_RUN_ID] = run_id
-    env[session.ENV_WINDOW] = json.dumps(to_json(opts.window))
+    env[session.ENV_WINDOW] = opts.window.to_env()
+    if role is not None:
+        env[multinode.ENV_NODE] = role.node
     if _is_plain_python(opts.command):
         env[session.ENV_SINGLE] = str(os.getpid())
+    if multinode.is_deepspeed(opts.command):
+        forwarded = {k: env[k] for k in (session.ENV_RUN_DIR, session.ENV_RUN_ID, session.ENV_WINDOW)}
+        path, warnings = multinode.write_deepspeed_env(run_dir, forwarded, env, os.path.expanduser("~"),
+                                                       os.getcwd(), [BOOTSTRAP_DIR, PACKAGE_PARENT])
+        env["DS_ENV_FILE"] = path
+        for warning in warnings:
+            print(f"dstrace: warning: {warning}", file=sys.stderr)
     return env
 
 
 def record(opts: RecordOptions) -> int:
-    run_dir = prepare_run_dir(opts.output or default_run_dir(opts.command), opts.force)
-    run = RunRecord(schema=RUN_SCHEMA, run_id=uuid.uuid4().hex[:12], command=opts.command,
+    role = multinode.node_role(opts.command, dict(os.environ))
+    try:
+        run_id = multinode.agreed_run_id(opts.run_id, opts.command, dict(os.environ))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if role is not None and run_id is None:
+        raise UserError(f"this is {role.node} of a {role.nnodes}-node run: every node's dstrace record needs the "
+                        "same run id; pass --run-id ID (e.g. the job id) or torchrun's --rdzv-id")
+    run_id = run_id or uuid.uuid4().hex[:12]
+    default_dir = os.path.join("traces", run_id) if role is not None else default_run_dir(opts.command)
+    run_dir = prepare_run_dir(opts.output or default_dir, opts.force, role, run_id)
+    run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=opts.command,
                     cwd=os.getcwd(), started=time.time(), status="running")
-    run_file = os.path.join(run_dir, RUN_FILE)
-    write_json_atomic(run_file, to_json(run))
+    run_file = os.path.join(run_dir, RUN_FILE) if role is None else multinode.node_record_path(run_dir, role.node)
+    os.makedirs(os.path.dirname(run_file), exist_ok=True)
+    write_json_atomic(run_file, _record_json(run, role))
     executable = shutil.which(opts.command[0])
     if executable is None:
         run.status, run.exit_code = "incomplete", 127
         run.problems.append(f"command not found: {opts.command[0]}")
-        write_json_atomic(run_file, to_json(run))
+        write_json_atomic(run_file, _record_json(run, role))
         raise UserError(f"command not found: {opts.command[0]!r}; check the command after '--' "
                         "(is it installed and on PATH?)", code=127)
     print(f"dstrace: recording into {run_dir}", file=sys.stderr)
-    code = _run_child([executable] + opts.command[1:], child_environment(run_dir, run.run_id, opts))
-    summarize(run_dir, run, code)
-    write_json_atomic(run_file, to_json(run))
+    code = _run_child([executable] + opts.command[1:], child_environment(run_dir, run.run_id, opts, role))
+    summarize(run_dir, run, code, role.node if role else None)
+    write_json_atomic(run_file, _record_json(run, role))
     _report(run, run_dir)
+    if role is not None:
+        print(f"dstrace: {role.node} of {role.nnodes} done; once every node is: dstrace gather {run_dir} "
+              "(shared folder) or dstrace gather OUT NODE_FOLDER...", file=sys.stderr)
     return code
+
+
+def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:
+    """run.json, or a node record: the same record with the node it covers."""
+    out = to_json(run)
+    if role is not None:
+        out.update(node=role.node, nnodes=role.nnodes, host=socket.gethostname())
+    return out
 
 
 def _run_child(command: list[str], env: dict[str, str]) -> int:
@@ -152,8 +209,12 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def summarize(run_dir: str, run: RunRecord, exit_code: int) -> None:
-    """Fill the run record from the files the ranks left: which are whole, which ranks are missing."""
+def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
+    """Fill the run record from the files the ranks left: which are whole, which ranks are missing.
+
+    For one node of several (`node`), only the ranks that node started count, and missing ranks are
+    left to `dstrace gather`, which sees every node.
+    """
     run.ended, run.exit_code = time.time(), exit_code
     traces: dict[int, list[str]] = {}
     for name in sorted(os.listdir(run_dir)):
@@ -170,6 +231,8 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int) -> None:
         except (OSError, ValueError) as e:
             run.problems.append(f"{name}: unreadable manifest ({e})")
             continue
+        if node is not None and m.env.get(multinode.ENV_NODE) != node:
+            continue
         status = m.status if m.status != "running" else "crashed"
         if status != "complete":
             detail = f": {m.exit_error['type']}: {m.exit_error['message'][:200]}" if m.exit_error else ""
@@ -178,7 +241,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int) -> None:
         world = max(world, m.world_size)
     found = {r.rank for r in run.ranks}
     run.world_size = world or None
-    run.missing_ranks = [r for r in range(world) if r not in found]
+    run.missing_ranks = [r for r in range(world) if r not in found] if node is None else []
     if run.missing_ranks:
         run.problems.append(f"no manifest from rank(s) {run.missing_ranks}")
     if not run.ranks:

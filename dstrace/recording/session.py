@@ -14,9 +14,9 @@ import socket
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
-from . import ranges
+from . import ranges, summary
 from .manifest import (MANIFEST_SCHEMA, GenerationCall, Manifest, manifest_path, to_json,
                        write_json_atomic)
 from .window import ProfilerWindow, WindowOptions
@@ -42,6 +42,8 @@ def _env_int(name: str, default: int) -> int:
 class RankSession:
     def __init__(self, run_dir: str, run_id: str, window: WindowOptions):
         self.run_dir = run_dir
+        with suppress(OSError):  # a node other than the launcher's, without a shared filesystem
+            os.makedirs(run_dir, exist_ok=True)
         self.window = ProfilerWindow(window, self._trace_metadata)
         self.lock = threading.RLock()
         self.manifest = Manifest(
@@ -99,9 +101,14 @@ class RankSession:
                 "window": to_json(self.window.options)}
 
     def export_window(self) -> None:
+        name = None
         with self.guard("trace export"):
             self._refresh_identity()
-            self.window.export(self.run_dir, self.worker)
+            name = self.window.export(self.run_dir, self.worker)
+        if name:
+            with self.guard("trace summary"):
+                m = self.manifest
+                summary.write_summary(self.run_dir, name, m.rank, m.world_size, m.host, m.run_id)
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         """Write everything recorded so far; called once, at exit, on an exception or a signal."""

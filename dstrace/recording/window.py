@@ -28,9 +28,18 @@ class WindowOptions:
     start: int = 2
     steps: int = 3
 
+    def to_env(self) -> str:
+        """`mode=full,call=1,start=2,steps=3`: no quotes or spaces, so launchers that forward the
+        environment through a remote shell (DeepSpeed's pdsh/mpirun runners) pass it on unchanged."""
+        return f"mode={self.mode},call={self.call},start={self.start},steps={self.steps}"
+
     @classmethod
     def from_env(cls, raw: str | None) -> "WindowOptions":
-        return cls(**json.loads(raw)) if raw else cls()
+        if not raw:
+            return cls()
+        fields = dict(item.split("=", 1) for item in raw.split(","))
+        return cls(mode=fields["mode"], call=int(fields["call"]), start=int(fields["start"]),
+                   steps=int(fields["steps"]))
 
 
 class ProfilerWindow:

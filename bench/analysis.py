@@ -1,0 +1,113 @@
+"""Time and memory of `dstrace analyze` against HTA alone on the same run folder.
+
+Three cases, each run `--repeats` times in alternating order, each in a fresh process:
+  hta     bench/hta_alone.py: HTA's TraceAnalysis and the breakdowns dstrace reports
+  first   dstrace analyze with no cache beside the traces (deleted before each run)
+  second  dstrace analyze again, the cache in place
+Wall time is measured around the process; peak memory is the largest sum of RSS over the process and
+all its children (parse workers), sampled every 20 ms, and, separately, the main process's own peak.
+
+    python bench/analysis.py traces/h200-zero3-tp2-ds0.16.1 --repeats 5 --json /tmp/bench.json
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def run_measured(cmd: list[str]) -> dict:
+    """Run cmd; wall seconds, peak RSS of the whole process tree and of the main process (bytes)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    ps = psutil.Process(proc.pid)
+    tree_peak = main_peak = 0
+    while proc.poll() is None:
+        try:
+            procs = [ps] + ps.children(recursive=True)
+            rss = [p.memory_info().rss for p in procs]
+            tree_peak, main_peak = max(tree_peak, sum(rss)), max(main_peak, rss[0])
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
+    return {"wall_s": wall, "tree_peak_rss": tree_peak, "main_peak_rss": main_peak}
+
+
+def clear_cache(folder: str) -> None:
+    for path in glob.glob(os.path.join(folder, ".*.dstrace-cache.npz")):
+        os.unlink(path)
+
+
+def trace_sizes(folder: str) -> list[int]:
+    sys.path.insert(0, REPO)
+    from dstrace.analysis.loading import find_trace_files, uncompressed_size
+
+    return [uncompressed_size(p) for p in find_trace_files(folder)]
+
+
+def summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cases", default="hta,first,second")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    folder = os.path.abspath(args.folder)
+    py = sys.executable
+    analyze = [py, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", os.devnull]
+    commands = {"hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze, "second": analyze}
+    cases = args.cases.split(",")
+    results: dict[str, list[dict]] = {c: [] for c in cases}
+    for i in range(args.repeats):
+        order = cases if i % 2 == 0 else cases[::-1]
+        for case in order:
+            if case == "first":
+                clear_cache(folder)
+            elif case == "second" and not glob.glob(os.path.join(folder, ".*.dstrace-cache.npz")):
+                subprocess.run(analyze, check=True, capture_output=True, cwd=REPO)
+            results[case].append(run_measured(commands[case]))
+            m = results[case][-1]
+            print(f"{case:6s} run {i + 1}: {m['wall_s']:.2f} s, tree peak {m['tree_peak_rss'] / 1e6:.0f} MB, "
+                  f"main peak {m['main_peak_rss'] / 1e6:.0f} MB", file=sys.stderr, flush=True)
+    sizes = trace_sizes(folder)
+    out = {"folder": folder, "machine": f"{platform.node()}: {psutil.cpu_count()} CPUs, "
+                                        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.processor() or platform.machine()}",
+           "traces": len(sizes), "largest_trace_bytes": max(sizes), "total_trace_bytes": sum(sizes),
+           "cases": {c: {"wall_s": summary([m["wall_s"] for m in ms]),
+                         "tree_peak_rss": summary([m["tree_peak_rss"] for m in ms]),
+                         "main_peak_rss": summary([m["main_peak_rss"] for m in ms]), "runs": ms}
+                     for c, ms in results.items()}}
+    text = json.dumps(out, indent=2)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text)
+    print("| case | wall s, median (min-max) | peak RSS, tree, MB | peak RSS, main, MB | peak / largest trace |")
+    print("|---|---|---|---|---|")
+    for c, r in out["cases"].items():
+        w, t, m = r["wall_s"], r["tree_peak_rss"], r["main_peak_rss"]
+        print(f"| {c} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | {t['median'] / 1e6:.0f} "
+              f"({t['min'] / 1e6:.0f}-{t['max'] / 1e6:.0f}) | {m['median'] / 1e6:.0f} | "
+              f"{t['median'] / out['largest_trace_bytes']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""`dstrace compare` and `dstrace sweep`: repeated runs of several configurations, side by side.
+
+`discovery` finds run folders and groups them by configuration (the only file reading besides the
+analysis' own loading), `facts` turns one recorded run into the numbers a comparison needs, `stats`
+holds the spread and the indistinguishability rule, `verdict` states what the evidence shows,
+`render` writes text, markdown or JSON, `spec` reads a sweep spec and `sweep` records it.
+"""

@@ -1,0 +1,119 @@
+"""Find the run folders behind the paths given to `dstrace compare`, group them by configuration, and
+read each one (manifests, run record, analysis). The file reading of a comparison happens here.
+
+A run folder holds `run.json` or `rank<N>.manifest.json`. Its configuration is the name of the folder
+above it when its own name is `rep<k>` (the sweep layout `<sweep>/<config>/rep<k>/`), else its own name.
+A folder that is not a run is searched two levels down, so a sweep folder, a configuration folder or
+single run folders can be given. A sweep folder's `sweep.json` gives the configurations' order and the
+default baseline.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+
+from dstrace.analysis.loading import load_run
+from dstrace.analysis.pipeline import analyze
+from dstrace.comparison.facts import run_facts
+from dstrace.comparison.model import RunFacts, RunRef
+from dstrace.errors import UserError
+from dstrace.recording.manifest import MANIFEST_SUFFIX, RUN_FILE, read_manifest, read_run
+
+REPEAT_DIR = re.compile(r"^rep\d+$")
+SWEEP_FILE = "sweep.json"
+SEARCH_DEPTH = 2
+
+
+def is_run_dir(path: str) -> bool:
+    return os.path.isdir(path) and any(n == RUN_FILE or n.endswith(MANIFEST_SUFFIX) for n in os.listdir(path))
+
+
+def _ref(path: str) -> RunRef:
+    name = os.path.basename(path)
+    if REPEAT_DIR.match(name):
+        return RunRef(config=os.path.basename(os.path.dirname(path)), repeat=name, path=path)
+    return RunRef(config=name, repeat=name, path=path)
+
+
+def _search(path: str, depth: int) -> list[str]:
+    if is_run_dir(path):
+        return [path]
+    if depth == 0:
+        return []
+    found = []
+    for name in sorted(os.listdir(path)):
+        child = os.path.join(path, name)
+        if os.path.isdir(child):
+            found.extend(_search(child, depth - 1))
+    return found
+
+
+def find_runs(paths: list[str]) -> list[RunRef]:
+    refs: list[RunRef] = []
+    for given in paths:
+        path = os.path.abspath(given)
+        if not os.path.isdir(path):
+            raise UserError(f"{given} is not a folder; give run folders or a sweep folder")
+        found = _search(path, SEARCH_DEPTH)
+        if not found:
+            raise UserError(f"no recorded run in {given}: expected run.json or rank<N>.manifest.json in it, "
+                            f"or in folders up to {SEARCH_DEPTH} levels below")
+        refs.extend(_ref(p) for p in found)
+    seen: set[str] = set()
+    unique = []
+    for ref in refs:
+        if ref.path not in seen:
+            seen.add(ref.path)
+            unique.append(ref)
+    return unique
+
+
+def sweep_record(paths: list[str]) -> dict | None:
+    """The sweep.json of the one sweep folder given, if there is exactly one."""
+    records = []
+    for given in paths:
+        candidate = os.path.join(given, SWEEP_FILE)
+        if os.path.isfile(candidate):
+            try:
+                with open(candidate) as f:
+                    records.append(json.load(f))
+            except (OSError, ValueError) as exc:
+                raise UserError(f"cannot read {candidate}: {exc}") from None
+    return records[0] if len(records) == 1 else None
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+def read_facts(ref: RunRef, progress: Callable[[str], None] = _quiet) -> RunFacts:
+    """Manifests, run record and analysis of one run folder. A run that cannot be analyzed (no trace:
+    DeepSpeed refused before the profiling window) is described by its manifests alone."""
+    warnings: list[str] = []
+    manifests = {}
+    for name in sorted(os.listdir(ref.path)):
+        if name.endswith(MANIFEST_SUFFIX):
+            try:
+                m = read_manifest(os.path.join(ref.path, name))
+                manifests[m.rank] = m
+            except (OSError, ValueError, TypeError) as exc:
+                warnings.append(f"{ref.config}/{ref.repeat}: skipped {name}: {exc}")
+    record = None
+    run_file = os.path.join(ref.path, RUN_FILE)
+    if os.path.exists(run_file):
+        try:
+            record = read_run(run_file)
+        except (OSError, ValueError, TypeError) as exc:
+            warnings.append(f"{ref.config}/{ref.repeat}: skipped {RUN_FILE}: {exc}")
+    analysis = None
+    if manifests:
+        progress(f"analyzing {ref.config}/{ref.repeat}")
+        try:
+            loaded = load_run(ref.path, progress=_quiet)
+            analysis = analyze(loaded)
+            manifests = loaded.manifests or manifests
+        except UserError as exc:
+            warnings.append(f"{ref.config}/{ref.repeat}: not analyzed: {exc}")
+    return run_facts(ref, manifests, record, analysis, warnings)

@@ -1,0 +1,76 @@
+"""`dstrace compare RUN_DIR...`: configurations side by side over their repeats, and the verdict.
+
+Entry points for the CLI: `add_arguments(parser)` and `main(args) -> int`. Run folders are found and
+read by `collect`, summarized by `summary`, judged by `verdict` and written by `render`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from dstrace.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from dstrace.comparison.render import FORMATS
+
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="run folders, configuration folders (<config>/rep<k>/) or a sweep folder")
+    parser.add_argument("--baseline", metavar="NAME",
+                        help="configuration the others are measured against (default: the sweep's baseline)")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text (terminal, default), json (dstrace.compare/1), markdown (GitHub issue)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
+
+
+def stderr_progress(message: str) -> None:
+    print(f"dstrace: {message}", file=sys.stderr, flush=True)
+
+
+def compare_runs(run_dirs: list[str], baseline: str | None = None,
+                 progress: Callable[[str], None] = stderr_progress):
+    """Find, read, summarize and judge: the whole comparison of the runs under `run_dirs`."""
+    from dstrace.comparison.collect import find_runs, read_facts, sweep_record
+    from dstrace.comparison.model import Comparison
+    from dstrace.comparison.summary import summarize
+    from dstrace.comparison.verdict import verdict
+
+    refs = find_runs(run_dirs)
+    sweep = sweep_record(run_dirs) or {}
+    order = list(sweep.get("configurations") or [])
+    order += sorted({r.config for r in refs} - set(order))
+    present = {r.config for r in refs}
+    order = [name for name in order if name in present]
+    if baseline is None and sweep.get("baseline") in present:
+        baseline = sweep["baseline"]
+    if baseline is not None and baseline not in present:
+        raise UserError(f"no configuration named {baseline!r} to use as the baseline; "
+                        f"the configurations are: {', '.join(order)}")
+    facts = [read_facts(ref, progress) for ref in refs]
+    configs = [summarize(name, [f for f in facts if f.config == name]) for name in order]
+    warnings = [w for f in facts for w in f.warnings]
+    return Comparison(configs=configs, verdict=verdict(configs, baseline), warnings=warnings)
+
+
+def write_report(text: str, output: str | None) -> None:
+    if not output:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(output, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+    print(f"dstrace: wrote {os.path.abspath(output)}", file=sys.stderr)
+
+
+def main(args: argparse.Namespace) -> int:
+    from dstrace.comparison.render import render
+
+    comparison = compare_runs(args.run_dirs, args.baseline)
+    for warning in comparison.warnings:
+        print(f"dstrace: warning: {warning}", file=sys.stderr)
+    write_report(render(comparison, args.format), args.output)
+    return 0

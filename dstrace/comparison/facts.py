@@ -1,0 +1,102 @@
+"""One recorded run as the numbers a comparison needs: pure functions over its manifests, run record
+and analysis. Nothing here reads files."""
+from __future__ import annotations
+
+import statistics
+
+from dstrace.analysis.findings import error_line
+from dstrace.analysis.model import Analysis
+from dstrace.comparison.model import RunFacts, RunRef
+from dstrace.comparison.stats import decode_gathered_bytes, decode_step_ms, median
+from dstrace.recording.manifest import Inventory, Manifest, RunRecord
+
+
+def outcome(manifests: dict[int, Manifest], record: RunRecord | None) -> tuple[str, str | None]:
+    """complete, refused (a DeepSpeed entry point raised: the config was not accepted) or failed."""
+    for _, m in sorted(manifests.items()):
+        for call in m.deepspeed_calls:
+            if call.error:
+                return "refused", f"{call.api}: {error_line(call.error)}"
+    for _, m in sorted(manifests.items()):
+        if m.exit_error:
+            return "failed", f"rank {m.rank}: {error_line(m.exit_error)}"
+    if record is None and not manifests:
+        return "failed", "no run.json and no manifest: not a recorded run"
+    if record is not None and record.status != "complete":
+        return "failed", "; ".join(record.problems) or f"run status {record.status}"
+    if not manifests:
+        return "failed", "no rank wrote a manifest"
+    if not any(m.calls for m in manifests.values()):
+        return "failed", "no chat()/generate() call was recorded"
+    return "complete", None
+
+
+def held_fraction(inv: Inventory) -> float | None:
+    """Elements this rank holds over the unsplit model's: ZeRO-3 1/world, AutoTP about 1/tp, both 1/(world x tp)."""
+    full = 0.0
+    for w in inv.weights:
+        numel = 1
+        for d in w.shape:
+            numel *= int(d)
+        full += numel * (w.split or 1.0)
+    return inv.local_numel / full if full else None
+
+
+def tp_requests(manifests: dict[int, Manifest]) -> list[str]:
+    """Every TP size asked for, once per key and value, with the places that asked."""
+    sources: dict[str, list[str]] = {}
+    for _, m in sorted(manifests.items()):
+        for t in m.tp_requested:
+            where = sources.setdefault(f"{t.key}={t.value}", [])
+            if t.source not in where:
+                where.append(t.source)
+    return [f"{k} ({', '.join(v)})" for k, v in sources.items()]
+
+
+def _comm_share(analysis: Analysis) -> float | None:
+    shares = [s.busy_us.get("communication", 0.0) / s.span_us for s in analysis.ranks.values() if s.span_us > 0]
+    return float(statistics.median(shares)) if shares else None
+
+
+def _collectives_per_step(analysis: Analysis) -> dict[str, float]:
+    """Calls of each collective kind per traced decode step, median over ranks."""
+    per_kind: dict[str, list[float]] = {}
+    for r, s in analysis.ranks.items():
+        steps = (analysis.steps.per_rank.get(r, {}).get("count") if analysis.steps else None) or 0
+        if not steps:
+            continue
+        for kind, c in s.collectives.items():
+            per_kind.setdefault(kind, []).append(c.count / steps)
+    return {k: float(statistics.median(v)) for k, v in sorted(per_kind.items())}
+
+
+def run_facts(ref: RunRef, manifests: dict[int, Manifest], record: RunRecord | None,
+              analysis: Analysis | None, warnings: list[str] | None = None) -> RunFacts:
+    status, reason = outcome(manifests, record)
+    facts = RunFacts(config=ref.config, repeat=ref.repeat, path=ref.path, status=status, reason=reason,
+                     warnings=list(warnings or []))
+    if not manifests:
+        return facts
+    ranks = sorted(manifests)
+    first = manifests[ranks[0]]
+    facts.world_size = max(m.world_size for m in manifests.values())
+    facts.deepspeed_version = first.versions.get("deepspeed")
+    facts.tp_requested = tp_requests(manifests)
+    samples = [ms for r in ranks for ms in decode_step_ms(manifests[r])]
+    facts.ms_per_step, facts.decode_steps = median(samples), len(samples)
+    facts.gathered_bytes_per_step = median(b for r in ranks for b in decode_gathered_bytes(manifests[r]))
+    inventories = [manifests[r].inventory for r in ranks if manifests[r].inventory is not None]
+    if inventories:
+        inv = inventories[0]
+        facts.effective_tp = inv.effective_tp
+        facts.model_bytes = max(i.logical_bytes for i in inventories)
+        facts.held_fraction = median(f for f in map(held_fraction, inventories) if f is not None)
+        facts.weight_shapes = {w.name: list(w.shape) for w in inv.weights}
+        facts.split_modules = sorted({w.module_class for w in inv.weights if (w.split or 1.0) > 1.0})
+        if facts.world_size and facts.effective_tp and facts.world_size % facts.effective_tp == 0:
+            facts.sequences = facts.world_size // facts.effective_tp
+    if analysis is not None:
+        facts.comm_share = _comm_share(analysis)
+        facts.collectives_per_step = _collectives_per_step(analysis)
+        facts.findings = [f.id for f in analysis.findings]
+    return facts

@@ -1,0 +1,134 @@
+"""A comparison as text (terminal), markdown (GitHub issue) or JSON (`dstrace.compare/1`)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from dstrace.comparison.model import Comparison, ConfigSummary, Spread
+
+FORMATS = ("text", "json", "markdown")
+HEAD = ["configuration", "status", "runs", "ms/step median [min-max]", "tok/s per seq", "tok/s all seqs",
+        "vs baseline", "comm", "gathered/step", "eff. TP", "held", "DeepSpeed"]
+
+
+def _size(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _spread(s: Spread | None, digits: int = 1) -> str:
+    return "-" if s is None else f"{s.median:.{digits}f} [{s.low:.{digits}f}-{s.high:.{digits}f}]"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _row(c: ConfigSummary, comparison: Comparison) -> list[str]:
+    ratio = comparison.verdict.ratios.get(c.name, {}).get("ms_per_step")
+    ok = sum(r.status == "complete" for r in c.runs)
+    agg = c.aggregate_tokens_per_s
+    return [c.name, c.status, f"{ok}/{len(c.runs)}", _spread(c.ms_per_step), _spread(c.tokens_per_s),
+            "-" if agg is None else f"{agg.median:.1f} ({c.sequences} seq)",
+            "-" if ratio is None else f"{ratio:.2f}x ms", _pct(c.comm_share), _size(c.gathered_bytes_per_step),
+            "-" if c.effective_tp is None else str(c.effective_tp), _pct(c.held_fraction),
+            ", ".join(c.deepspeed_versions) or "-"]
+
+
+def _table_text(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _details(c: ConfigSummary) -> str:
+    parts = [f"TP requested: {'; '.join(c.tp_requested) or 'none'}"]
+    if c.findings:
+        parts.append(f"findings: {', '.join(c.findings)}")
+    if c.reason:
+        parts.append(f"not complete: {c.reason}")
+    return f"{c.name}: " + "; ".join(parts)
+
+
+def _ratio_lines(comparison: Comparison) -> list[str]:
+    v = comparison.verdict
+    lines = []
+    for name, r in v.ratios.items():
+        if name == v.baseline:
+            continue
+        agg = r.get("aggregate_tokens_per_s")
+        lines.append(f"{name}: {r['ms_per_step']:.2f}x the ms per step of {v.baseline}, "
+                     f"{r['tokens_per_s']:.2f}x its tokens/s per sequence"
+                     + (f", {agg:.2f}x its tokens/s over all sequences" if agg is not None else ""))
+    return lines
+
+
+def render_text(comparison: Comparison) -> str:
+    out = [f"dstrace comparison: {len(comparison.configs)} configurations, "
+           f"{sum(len(c.runs) for c in comparison.configs)} runs", ""]
+    out += _table_text(HEAD, [_row(c, comparison) for c in comparison.configs])
+    out += ["", "Configurations"] + [f"  {_details(c)}" for c in comparison.configs]
+    v = comparison.verdict
+    out += ["", f"Indistinguishable ({v.rule})"]
+    out += [f"  {a} ~ {b}" for a, b in v.indistinguishable] or ["  none"]
+    if v.baseline:
+        out += ["", f"Against the baseline {v.baseline}"] + ([f"  {x}" for x in _ratio_lines(comparison)]
+                                                             or ["  no timed run of the baseline"])
+    out += ["", "Why"] + ([f"  [{e.id}] {e.summary}" for e in v.explanations] or ["  nothing to explain"])
+    if comparison.warnings:
+        out += ["", "Warnings"] + [f"  {w}" for w in comparison.warnings]
+    return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(comparison: Comparison) -> str:
+    out = [f"### dstrace comparison: {len(comparison.configs)} configurations, "
+           f"{sum(len(c.runs) for c in comparison.configs)} runs", "",
+           "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    out += ["| " + " | ".join(_cell(x) for x in _row(c, comparison)) + " |" for c in comparison.configs]
+    out += ["", "**Configurations**", ""] + [f"- {_cell(_details(c))}" for c in comparison.configs]
+    v = comparison.verdict
+    out += ["", f"**Indistinguishable** ({v.rule}):", ""]
+    out += [f"- `{a}` ~ `{b}`" for a, b in v.indistinguishable] or ["- none"]
+    if v.baseline:
+        out += ["", f"**Against the baseline `{v.baseline}`**", ""] + ([f"- {x}" for x in _ratio_lines(comparison)]
+                                                                      or ["- no timed run of the baseline"])
+    out += ["", "**Why**", ""] + ([f"- `{e.id}`: {e.summary}" for e in v.explanations] or ["- nothing to explain"])
+    if comparison.warnings:
+        out += ["", "<details><summary>Warnings</summary>", ""] + [f"- {w}" for w in comparison.warnings] \
+               + ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_dict(comparison: Comparison) -> dict:
+    data = dataclasses.asdict(comparison)
+    return _clean({"schema": data.pop("schema"), **data})
+
+
+def render_json(comparison: Comparison) -> str:
+    return json.dumps(to_dict(comparison), indent=1) + "\n"
+
+
+def render(comparison: Comparison, fmt: str) -> str:
+    return {"json": render_json, "markdown": render_markdown}.get(fmt, render_text)(comparison)

@@ -1,0 +1,185 @@
+"""`dstrace sweep SPEC -o OUT`: record every configuration of a sweep spec K times, then compare.
+
+Runs alternate (ABCABC, not AAABBB), so a drift of the machine over time spreads over every
+configuration instead of biasing one. Each run is the real recorder in a subprocess,
+`dstrace record -o OUT/<name>/rep<k> -- COMMAND`, its output in `OUT/<name>/rep<k>.log`. A run that
+fails or is refused is a result, and the sweep goes on. A run folder that already holds a run that
+ended by itself (not stopped by a signal) is kept, so an interrupted sweep continues where it stopped.
+SIGTERM or Ctrl-C stop the current run and record no more, and the runs there are are still compared:
+the comparison is written to `OUT/compare.json` and `OUT/compare.md`, and printed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from dstrace.errors import UserError
+
+SWEEP_SCHEMA = "dstrace.sweep/1"
+COMPARE_FILE = "compare.json"
+COMPARE_MARKDOWN = "compare.md"
+TERM_GRACE_S = 60.0  # what a recorder gets, after SIGTERM, to write its ranks' files
+SIGNAL_EXIT = 128  # dstrace record exits 128+N when signal N ended the command
+
+
+class SweepStopped(Exception):
+    """SIGTERM reached the sweep."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SweepStopped()
+
+
+@dataclass
+class RunOutcome:
+    config: str
+    repeat: int
+    path: str
+    status: str  # what run.json says (complete | incomplete), or "timed out" / "not recorded"
+    exit_code: int | None
+    wall_s: float
+    kept: bool  # recorded by an earlier sweep into the same folder
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="sweep spec (JSON), e.g. launch/sweeps/cpu-tiny.json")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT", help="sweep folder: OUT/<name>/rep<k>/")
+    parser.add_argument("--repeats", type=int, default=3, metavar="K", help="runs of each configuration (default 3)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
+                        help="give a spec variable a value (size, tokens, nproc, ...); repeatable")
+    parser.add_argument("--only", metavar="NAME,...", help="record only these configurations")
+    parser.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
+                        help="stop a run that takes longer (SIGTERM, then SIGKILL); it counts as a failed run")
+    parser.add_argument("--baseline", metavar="NAME", help="baseline of the comparison (default: the spec's)")
+
+
+def _run_record(run_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            run = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return run if run.get("ended") is not None else None
+
+
+def finished_run(run_dir: str) -> dict | None:
+    """The run record of a run that ended by itself; a run stopped by a signal is to be recorded again."""
+    run = _run_record(run_dir)
+    if run is None or (run.get("exit_code") or 0) >= SIGNAL_EXIT:
+        return None
+    return run
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """SIGTERM to the recorder's whole process group (it and the ranks write their files), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutcome:
+    from dstrace.comparison.spec import expand_env
+
+    run_dir = os.path.join(out, config.name, f"rep{repeat}")
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)  # an unfinished attempt: start it again
+    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    env = dict(os.environ)
+    env.update({k: expand_env(v, os.environ) for k, v in config.env.items()})
+    command = [sys.executable, "-m", "dstrace.cli", "record", "-o", run_dir, "--", *config.command]
+    t0 = time.monotonic()
+    with open(f"{run_dir}.log", "w") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(child)
+            code = None
+        except (KeyboardInterrupt, SweepStopped):
+            _stop(child)
+            raise
+    wall = time.monotonic() - t0
+    run = _run_record(run_dir) or {}
+    status = "timed out" if code is None else run.get("status", "not recorded")
+    return RunOutcome(config.name, repeat, run_dir, status, code, round(wall, 1), False)
+
+
+def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcomes: list[RunOutcome]) -> None:
+    from dstrace.recording.manifest import write_json_atomic
+
+    write_json_atomic(os.path.join(out, "sweep.json"), {
+        "schema": SWEEP_SCHEMA, "spec": spec.path, "description": spec.description, "baseline": baseline,
+        "repeats": repeats, "variables": spec.variables,
+        "configurations": [c.name for c in spec.configurations],
+        "commands": {c.name: {"command": c.command, "env": c.env, "note": c.note} for c in spec.configurations},
+        "runs": [asdict(o) for o in outcomes]})
+
+
+def main(args: argparse.Namespace) -> int:
+    from dstrace.comparison.compare import compare_runs, stderr_progress, write_report
+    from dstrace.comparison.render import render, render_json
+    from dstrace.comparison.spec import load_spec, parse_overrides
+
+    if args.repeats < 1:
+        raise UserError("--repeats needs at least 1")
+    spec = load_spec(args.spec, parse_overrides(args.overrides))
+    selected = spec.configurations
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in {c.name for c in spec.configurations}]
+        if unknown:
+            raise UserError(f"--only {unknown[0]}: no such configuration in {args.spec}; "
+                            f"it has: {', '.join(c.name for c in spec.configurations)}")
+        selected = [c for c in spec.configurations if c.name in wanted]
+    baseline = args.baseline or spec.baseline
+    if baseline is not None and baseline not in {c.name for c in spec.configurations}:
+        raise UserError(f"--baseline {baseline}: no such configuration in {args.spec}")
+    out = os.path.abspath(args.output)
+    os.makedirs(out, exist_ok=True)
+    plan = [(k, c) for k in range(1, args.repeats + 1) for c in selected]
+    outcomes: list[RunOutcome] = []
+    _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        for i, (k, config) in enumerate(plan, 1):
+            step = f"[{i}/{len(plan)}] {config.name} rep{k}"
+            run_dir = os.path.join(out, config.name, f"rep{k}")
+            done = finished_run(run_dir)
+            if done is not None:
+                outcomes.append(RunOutcome(config.name, k, run_dir, done.get("status", "?"), done.get("exit_code"),
+                                           0.0, True))
+                stderr_progress(f"{step}: {done.get('status')} (kept from an earlier sweep)")
+                continue
+            stderr_progress(f"{step}: recording")
+            o = record_run(config, k, out, args.run_timeout)
+            outcomes.append(o)
+            _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
+            stderr_progress(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
+                            + ("" if o.status == "complete" else f"; log: {o.path}.log"))
+    except (KeyboardInterrupt, SweepStopped):
+        stderr_progress(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
+    comparison = compare_runs([out])
+    write_report(render_json(comparison), os.path.join(out, COMPARE_FILE))
+    write_report(render(comparison, "markdown"), os.path.join(out, COMPARE_MARKDOWN))
+    sys.stdout.write(render(comparison, "text"))
+    return 0 if len(outcomes) == len(plan) else 1

@@ -1,0 +1,164 @@
+"""`dstrace gather OUT [NODE_FOLDER...]`: one run folder, and its run.json, from the nodes of a run.
+
+Each node of a multi-node run writes its ranks' files where it can: all into one shared folder, or
+each into a folder of its own disk. Gathering copies the nodes' folders into OUT (a file two nodes both
+hold must be the same file; a rank recorded twice, or two run ids, is refused) and writes `run.json`
+for the whole run: every rank of every node, the world size from the manifests, the missing ranks,
+and each node's command and exit code from its node record (`nodes/<node>.json`). With no
+NODE_FOLDER, OUT is the shared folder and only `run.json` is written.
+"""
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import re
+import shutil
+import sys
+
+from ..errors import UserError
+from .launcher import summarize
+from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, RunRecord, read_manifest, to_json,
+                       write_json_atomic)
+from .multinode import NODES_DIR
+from .summary import SUMMARY_SUFFIX
+
+RANK_FILE = re.compile(r"_rank(\d+)\.")
+LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("output", metavar="OUT",
+                        help="the run folder to write; with no NODE_FOLDER, the shared folder every node wrote into")
+    parser.add_argument("nodes", nargs="*", metavar="NODE_FOLDER",
+                        help="per-node run folders (copied from each node's disk) to merge into OUT")
+
+
+def main(args) -> int:
+    run = gather(args.output, args.nodes)
+    print(f"dstrace: {run.status} run {run.run_id}: {len(run.ranks)} rank(s) of world {run.world_size} "
+          f"in {os.path.abspath(args.output)}", file=sys.stderr)
+    for problem in run.problems:
+        print(f"dstrace: {problem}", file=sys.stderr)
+    return 0
+
+
+def _rank_files(folder: str) -> list[str]:
+    return [n for n in sorted(os.listdir(folder))
+            if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(SUMMARY_SUFFIX)]
+
+
+def _is_gathered(path: str) -> bool:
+    with open(path) as f:
+        return "gathered_from" in json.load(f)
+
+
+def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
+    """(source path, destination path) for every file to copy; refuses conflicting files."""
+    plan: dict[str, str] = {}
+    trace_owner: dict[int, str] = {}
+    for name in _rank_files(out):
+        if name.endswith(TRACE_SUFFIXES) and RANK_FILE.search(name):
+            trace_owner[int(RANK_FILE.search(name).group(1))] = os.path.join(out, name)
+    for src in sources:
+        if not os.path.isdir(src):
+            raise UserError(f"{src} is not a folder: give the run folders the nodes wrote")
+        entries = [(os.path.join(src, n), os.path.join(out, n)) for n in _rank_files(src)]
+        nodes_dir = os.path.join(src, NODES_DIR)
+        if os.path.isdir(nodes_dir):
+            entries += [(os.path.join(nodes_dir, n), os.path.join(out, NODES_DIR, n))
+                        for n in sorted(os.listdir(nodes_dir)) if n.endswith(".json")]
+        run_file = os.path.join(src, RUN_FILE)
+        if os.path.isfile(run_file) and not _is_gathered(run_file):
+            entries.append((run_file, os.path.join(out, NODES_DIR, f"{os.path.basename(src)}.json")))
+        if not entries:
+            raise UserError(f"{src} holds no dstrace files (manifests, traces, summaries, node records)")
+        for source, dest in entries:
+            earlier = plan.get(dest) or (dest if os.path.exists(dest) else None)
+            if earlier and not filecmp.cmp(earlier, source, shallow=False):
+                raise UserError(f"{source} and {earlier} differ: the same file from two nodes; "
+                                "was a rank recorded twice?")
+            m = RANK_FILE.search(os.path.basename(source))
+            if source.endswith(TRACE_SUFFIXES) and m:
+                owner = trace_owner.setdefault(int(m.group(1)), source)
+                if os.path.basename(owner) != os.path.basename(source):
+                    raise UserError(f"two traces claim rank {m.group(1)}: {owner} and {source}")
+            plan.setdefault(dest, source)
+    return [(s, d) for d, s in plan.items() if not os.path.exists(d)]
+
+
+def _check_one_run(out: str, plan: list[tuple[str, str]]) -> str:
+    paths = [os.path.join(out, n) for n in _rank_files(out) if n.endswith(MANIFEST_SUFFIX)]
+    paths += [s for s, _ in plan if s.endswith(MANIFEST_SUFFIX)]
+    runs: dict[str, list[str]] = {}
+    for path in paths:
+        try:
+            runs.setdefault(read_manifest(path).run_id, []).append(path)
+        except (OSError, ValueError, TypeError):
+            continue
+    if len(runs) > 1:
+        listing = "; ".join(f"run {rid}: {os.path.dirname(p[0])}" for rid, p in sorted(runs.items()))
+        raise UserError(f"the folders hold different runs ({listing}); give every node the same --run-id")
+    if not runs:
+        raise UserError("no rank manifest in the given folders: nothing to gather")
+    return next(iter(runs))
+
+
+def _copy(source: str, dest: str) -> None:
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    tmp = f"{dest}.{os.getpid()}.tmp"
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, dest)
+
+
+def _node_records(out: str) -> dict[str, dict]:
+    folder = os.path.join(out, NODES_DIR)
+    records = {}
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".json"):
+                with open(os.path.join(folder, name)) as f:
+                    records[name.removesuffix(".json")] = json.load(f)
+    return records
+
+
+def gather(output: str, node_folders: list[str]) -> RunRecord:
+    """Merge the node folders into `output` and write its run.json; return the run record."""
+    out = os.path.abspath(output)
+    sources = [os.path.abspath(n) for n in node_folders if os.path.abspath(n) != out]
+    if not sources and not os.path.isdir(out):
+        raise UserError(f"{out} is not a folder: give the shared run folder, or OUT and the node folders")
+    os.makedirs(out, exist_ok=True)
+    plan = _plan(out, sources)
+    run_id = _check_one_run(out, plan)
+    own_run = os.path.join(out, RUN_FILE)
+    if os.path.isfile(own_run) and not _is_gathered(own_run):
+        plan.append((own_run, os.path.join(out, NODES_DIR, f"{LAUNCHER_RECORD}.json")))
+    for source, dest in plan:
+        _copy(source, dest)
+    records = _node_records(out)
+    first = next(iter(records.values()), {})
+    run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=first.get("command", []), cwd=first.get("cwd", ""),
+                    started=min((r.get("started") or 0 for r in records.values()), default=0.0),
+                    status="running")
+    codes = {name: r.get("exit_code") for name, r in records.items()}
+    summarize(out, run, 0)
+    run.exit_code = next((c for c in codes.values() if c), 0)
+    run.ended = max((r.get("ended") or 0 for r in records.values()), default=run.ended)
+    for name, code in codes.items():
+        if code:
+            run.problems.append(f"{name}: the command exited with code {code}")
+        elif code is None:
+            run.problems.append(f"{name}: its dstrace record did not finish (no exit code)")
+    expected = max((r.get("nnodes") or 0 for r in records.values()), default=0)
+    if expected > len(records):
+        run.problems.append(f"node records from {len(records)} of {expected} nodes ({', '.join(records)})")
+    if not records:
+        run.problems.append("no node record: the nodes' commands and exit codes are unknown")
+    run.status = "complete" if not run.problems and all(r.status == "complete" for r in run.ranks) else "incomplete"
+    payload = to_json(run)
+    payload["gathered_from"] = [{"node": name, "host": r.get("host"), "command": r.get("command"),
+                                 "exit_code": r.get("exit_code"), "ranks": [x["rank"] for x in r.get("ranks", [])]}
+                                for name, r in records.items()]
+    write_json_atomic(own_run, payload)
+    return run

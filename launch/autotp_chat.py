@@ -1,0 +1,83 @@
+"""The path that really splits the weights: `deepspeed.init_inference` with AutoTP, then `module.chat(...)`.
+
+AutoTP replaces each Linear by a column- or row-split shard and all-reduces activations after the
+row-split ones; every rank computes the same sequence, so every rank gets the same prompt.
+
+    deepspeed --num_gpus 2 launch/autotp_chat.py --size qwen2-7b --tp-size 2
+    DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 launch/autotp_chat.py --size tiny --tp-size 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, generation_config,  # noqa: E402
+                          pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
+
+SEED = 0  # every rank builds the same random weights, as if all had loaded one checkpoint
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--tp-size", type=int, default=None, help="AutoTP degree (default: the world size)")
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=1, help="chat() calls, one after the other")
+    p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto")
+    p.add_argument("--result", default=None, help="append one JSON line per chat() call to this file")
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # DeepSpeed's launcher
+    return p.parse_args(argv)
+
+
+def build_model(size: str, dtype, device) -> NVLMStandIn:
+    """The full model on this rank's device, same weights on every rank; AutoTP then keeps a shard."""
+    torch.manual_seed(SEED)
+    with device:
+        return NVLMStandIn._from_config(build_config(size), dtype=dtype)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    import deepspeed
+
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    bf16 = args.dtype == "bf16" or (args.dtype == "auto" and cuda)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+
+    set_local_size_for_cpu_allreduce()
+    deepspeed.init_distributed()
+    model = build_model(args.size, dtype, device).eval()
+    engine = deepspeed.init_inference(model, tensor_parallel={"tp_size": args.tp_size or world}, dtype=dtype)
+    model = engine.module
+
+    tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])
+    pixels = pixel_values(device, dtype)
+    for i in range(args.repeats):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.chat(tokenizer, pixels, prompt_for(0), generation_config(args.max_new_tokens))
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        line = {"rank": rank, "call": i + 1, "wall_s": wall, "tokens": args.max_new_tokens,
+                "ms_per_token": wall * 1e3 / args.max_new_tokens}
+        print(json.dumps(line), flush=True)
+        if args.result:
+            with open(args.result, "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()

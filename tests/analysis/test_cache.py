@@ -1,0 +1,198 @@
+"""The one-pass parse, the cache beside the traces, and parallel parsing give the same frames as before.
+
+No timing here: bench/ measures speed. These check that what is fast is also right.
+"""
+import glob
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import synthetic
+from helpers import quiet
+from dstrace.analysis import cache, hta_breakdown, loading, tracefile
+from dstrace.analysis.loading import load_run
+from dstrace.analysis.pipeline import analyze
+from dstrace.analysis.render import render
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REFERENCE = os.path.join(REPO, "traces", "h200-zero3-tp2-ds0.16.1")
+
+
+def reference_events_frame(trace_events: list) -> pd.DataFrame:
+    """The events frame as dstrace built it from `json.loads` output before the one-pass parser: the oracle."""
+    rows = []
+    for e in trace_events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
+            continue
+        args = e.get("args") or {}
+        row = [e.get("name", ""), e.get("cat", ""), e.get("pid"), e.get("tid"), float(e["ts"]), float(e.get("dur") or 0.0)]
+        row.extend(args.get(key) for _, key in loading.ARG_COLUMNS)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=["name", "cat", "pid", "tid", "ts", "dur"] + [c for c, _ in loading.ARG_COLUMNS])
+    df["name"] = df["name"].astype(str)
+    df["cat"] = df["cat"].astype(str)
+    df["end"] = df["ts"] + df["dur"]
+    df["is_gpu"] = df["cat"].isin(loading.GPU_CATEGORIES)
+    for col in ("stream", "device", "correlation"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df.loc[~df["is_gpu"], "stream"] = -1
+    return df[loading.EVENT_COLUMNS]
+
+
+def assert_same_events(new: pd.DataFrame, old: pd.DataFrame):
+    """Same rows and values; integer-valued arg columns may come back as float64 where the old frame had int64."""
+    assert list(new.columns) == list(old.columns)
+    pd.testing.assert_frame_equal(new.reset_index(drop=True), old.reset_index(drop=True), check_dtype=False)
+    for col in new.columns:
+        if old[col].dtype.kind not in "iuf":
+            assert new[col].dtype == old[col].dtype, col
+
+
+def zero3_folder(folder, world_size=2):
+    for b in synthetic.zero3_run(str(folder), world_size=world_size, steps=3, layers=3):
+        b.write(str(folder))
+    return folder
+
+
+def caches(folder):
+    return sorted(glob.glob(os.path.join(str(folder), f".*{cache.SUFFIX}")))
+
+
+def test_events_frame_matches_the_json_loads_frame(tmp_path):
+    b = synthetic.TraceBuilder(0)
+    b.host_range("dstrace/step#1", 0.0, 500.0)
+    b.nccl("AllGather", 100.0, 50.0, 10, 20)
+    b.compute(200.0, 50.0)
+    path = b.write(str(tmp_path))
+    _, columns = tracefile.read_trace(path)
+    assert_same_events(loading.events_frame(columns), reference_events_frame(b.to_dict()["traceEvents"]))
+
+
+def test_kineto_layout_is_parsed_in_pieces_like_the_whole_file(monkeypatch):
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    monkeypatch.setattr(tracefile, "CHUNK_BYTES", 1 << 20)  # many pieces
+    meta, pieces = tracefile._read_pieces(path)
+    whole_meta, whole = tracefile._read_whole(path)
+    assert meta == whole_meta and len(pieces) == len(whole) > 0
+    assert_same_events(loading.events_frame(pieces), loading.events_frame(whole))
+    with gzip.open(path) as f:
+        events = json.loads(f.read())["traceEvents"]
+    assert_same_events(loading.events_frame(pieces), reference_events_frame(events))
+
+
+def test_hta_frame_gives_what_htas_own_parse_gives():
+    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+    from hta.common.trace import Trace
+
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    meta, columns = tracefile.read_trace(path)
+    ours, problems = hta_breakdown.rank_breakdowns(path, meta, columns)
+    assert problems == []
+    with hta_breakdown._quiet():
+        t = Trace(trace_files={0: path}, trace_dir=REFERENCE)
+        t.load_traces(include_last_profiler_step=True, use_multiprocessing=False, use_memory_profiling=False)
+        theirs = BreakdownAnalysis.get_temporal_breakdown(t, visualize=False).iloc[0]
+        idle = BreakdownAnalysis.get_idle_time_breakdown(t, hta_breakdown.IDLE_CONSECUTIVE_KERNEL_DELAY_NS, rank=0,
+                                                         visualize=False)[0]
+    assert ours["temporal"]["idle_us"] == float(theirs["idle_time(us)"])
+    assert ours["temporal"]["compute_us"] == float(theirs["compute_time(us)"])
+    assert ours["idle_causes_us"] == {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
+
+
+def test_second_load_reads_the_cache_and_gives_the_same_analysis(tmp_path):
+    zero3_folder(tmp_path)
+    messages = []
+    first = load_run(str(tmp_path), progress=messages.append)
+    assert len(caches(tmp_path)) == 2
+    assert loading.find_trace_files(str(tmp_path)) == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
+    again = []
+    second = load_run(str(tmp_path), progress=again.append)
+    assert not any("from its cache" in m for m in messages) and all("from its cache" in m for m in again)
+    for r in first.traces:
+        pd.testing.assert_frame_equal(first.traces[r].events, second.traces[r].events)
+        assert first.traces[r].events.attrs == second.traces[r].events.attrs
+    assert render(analyze(first), "json") == render(analyze(second), "json")
+
+
+def test_a_changed_trace_is_parsed_again(tmp_path):
+    zero3_folder(tmp_path)
+    first = load_run(str(tmp_path), progress=quiet)
+    b = synthetic.TraceBuilder(0)
+    b.compute(10.0, 5.0)
+    path = first.traces[0].path
+    b.write(str(tmp_path), os.path.basename(path))
+    messages = []
+    second = load_run(str(tmp_path), progress=messages.append)
+    assert any(m.endswith(os.path.basename(path)) for m in messages)
+    assert len(second.traces[0].events) == len(reference_events_frame(b.to_dict()["traceEvents"]))
+
+
+def test_same_size_and_content_but_new_mtime_is_parsed_again(tmp_path):
+    zero3_folder(tmp_path)
+    load_run(str(tmp_path), progress=quiet)
+    path = sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))[0]
+    later = time.time() + 5
+    os.utime(path, (later, later))
+    messages = []
+    load_run(str(tmp_path), progress=messages.append)
+    assert sum("parsing trace" in m and "from its cache" not in m for m in messages) == 1
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "other trace"])
+def test_a_damaged_cache_is_ignored(tmp_path, damage):
+    zero3_folder(tmp_path)
+    first = load_run(str(tmp_path), progress=quiet)
+    target = caches(tmp_path)[0]
+    data = open(target, "rb").read()
+    other = caches(tmp_path)[1]
+    payload = {"garbage": b"not a cache at all", "truncated": data[: len(data) // 2], "empty": b"",
+               "other trace": open(other, "rb").read()}[damage]
+    with open(target, "wb") as f:
+        f.write(payload)
+    messages = []
+    second = load_run(str(tmp_path), progress=messages.append)
+    assert sum("parsing trace" in m and "from its cache" not in m for m in messages) == 1
+    for r in first.traces:
+        pd.testing.assert_frame_equal(first.traces[r].events, second.traces[r].events)
+    assert cache.read(first.traces[0].path) is not None or cache.read(first.traces[1].path) is not None
+
+
+def test_a_folder_that_refuses_the_cache_is_still_analyzed(tmp_path):
+    zero3_folder(tmp_path)
+    for path in glob.glob(str(tmp_path / "*.pt.trace.json.gz")):
+        os.mkdir(cache.cache_path(path))  # the cache's name is taken by a folder: writing there fails
+    run = load_run(str(tmp_path), progress=quiet)
+    assert run.ranks == [0, 1] and all(os.path.isdir(p) for p in caches(tmp_path))
+
+
+def test_parallel_parse_gives_what_serial_parse_gives(tmp_path):
+    os.makedirs(tmp_path / "a")
+    zero3_folder(tmp_path / "a", world_size=4)
+    serial = load_run(str(tmp_path / "a"), progress=quiet, workers=1)
+    for path in caches(tmp_path / "a"):
+        os.unlink(path)
+    parallel = load_run(str(tmp_path / "a"), progress=quiet, workers=2)
+    assert serial.ranks == parallel.ranks == [0, 1, 2, 3]
+    for r in serial.traces:
+        pd.testing.assert_frame_equal(serial.traces[r].events, parallel.traces[r].events)
+        assert serial.traces[r].events.attrs == parallel.traces[r].events.attrs
+    assert render(analyze(serial), "json") == render(analyze(parallel), "json")
+
+
+def test_parse_workers_is_one_for_little_work(tmp_path):
+    paths = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)]
+    assert loading.parse_workers(paths) == 1
+    with gzip.open(paths[0]) as f:
+        assert loading.uncompressed_size(paths[0]) == len(f.read())
+
+
+def test_cache_arrays_need_no_pickle(tmp_path):
+    zero3_folder(tmp_path)
+    load_run(str(tmp_path), progress=quiet)
+    with np.load(caches(tmp_path)[0], allow_pickle=False) as z:
+        assert all(z[k].dtype != object for k in z.files)

@@ -1,0 +1,193 @@
+"""Two "nodes" on this machine: one `dstrace record -- torchrun --nnodes 2 --node_rank K` each, started
+together, each into its own folder; then `dstrace gather`, then node 1 moved to another "host" whose
+clock is off by a known amount, and alignment must find that amount."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+from dstrace.analysis import alignment, collectives, loading, pipeline, summaries
+from dstrace.errors import UserError
+from dstrace.recording import gather
+from tests.conftest import ROOT, cpu_env, dstrace, manifests, read_json, tool
+
+JOB = os.path.join(ROOT, "tests", "multinode", "job.py")
+RUN_ID = "two-nodes"
+WINDOW_STEPS = 6
+SHIFT_US = 2_345_678.9  # node 1's clock runs 2.3 s ahead of node 0's
+TOLERANCE_US = 50.0
+OTHER_HOST = "other-host"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    base = tmp_path_factory.mktemp("two_nodes")
+    port = _free_port()
+    nodes = []
+    for k in range(2):
+        folder = base / f"node{k}"
+        cmd = [tool("dstrace"), "record", "-o", str(folder), "--run-id", RUN_ID, "--window-steps", str(WINDOW_STEPS),
+               "--", tool("torchrun"), "--nnodes", "2", "--node_rank", str(k), "--nproc_per_node", "1",
+               "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", JOB]
+        nodes.append((folder, subprocess.Popen(cmd, env=cpu_env(), cwd=str(base), stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True)))
+    for folder, proc in nodes:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+    merged = base / "merged"
+    result = dstrace("gather", str(merged), str(base / "node0"), str(base / "node1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return base, merged
+
+
+def _node(k: int) -> str:
+    return f"{socket.gethostname()}-node{k}"
+
+
+def test_each_node_records_its_own_ranks(two_nodes):
+    base, _ = two_nodes
+    seen = []
+    for k in range(2):  # c10d rendezvous numbers the nodes itself: node k need not hold rank k
+        folder = base / f"node{k}"
+        (rank,) = manifests(str(folder))
+        seen.append(rank)
+        assert os.path.exists(folder / f"rank{rank}.summary.json.gz")
+        record = read_json(str(folder / "nodes" / f"{_node(k)}.json"))
+        assert record["node"] == _node(k) and record["nnodes"] == 2 and record["run_id"] == RUN_ID
+        assert [r["rank"] for r in record["ranks"]] == [rank] and record["missing_ranks"] == []
+        assert not os.path.exists(folder / "run.json")
+    assert sorted(seen) == [0, 1]
+
+
+def test_gather_writes_the_whole_run(two_nodes):
+    _, merged = two_nodes
+    run = read_json(str(merged / "run.json"))
+    assert run["run_id"] == RUN_ID and run["status"] == "complete", run["problems"]
+    assert run["world_size"] == 2 and run["missing_ranks"] == []
+    assert sorted(r["rank"] for r in run["ranks"]) == [0, 1]
+    assert all(r["traces"] for r in run["ranks"])
+    nodes = {n["node"]: n for n in run["gathered_from"]}
+    assert sorted(nodes) == [_node(0), _node(1)] and all(n["exit_code"] == 0 for n in nodes.values())
+    assert sorted(r for n in nodes.values() for r in n["ranks"]) == [0, 1]
+    for m in manifests(str(merged)).values():
+        assert m["run_id"] == RUN_ID and m["hook_errors"] == [] and m["env"]["DSTRACE_NODE"] in nodes
+        assert m["window"]["recorded_steps"] == list(range(2, 2 + WINDOW_STEPS))
+
+
+def test_gather_in_place_is_repeatable(two_nodes):
+    _, merged = two_nodes
+    before = read_json(str(merged / "run.json"))
+    assert gather.gather(str(merged), []).status == "complete"
+    after = read_json(str(merged / "run.json"))
+    assert [r["rank"] for r in after["ranks"]] == [r["rank"] for r in before["ranks"]]
+
+
+def test_gather_refuses_another_run(two_nodes, tmp_path):
+    base, _ = two_nodes
+    stranger = tmp_path / "stranger"
+    shutil.copytree(base / "node1", stranger)
+    (name,) = [n for n in os.listdir(stranger) if n.endswith(".manifest.json")]
+    path = stranger / name
+    m = read_json(str(path))
+    m["run_id"] = "another-run"
+    path.write_text(json.dumps(m))
+    with pytest.raises(UserError, match="different runs"):
+        gather.gather(str(tmp_path / "out"), [str(base / "node0"), str(stranger)])
+
+
+def test_summaries_give_the_frames_the_traces_give(two_nodes):
+    _, merged = two_nodes
+    traced = loading.load_run(str(merged), progress=lambda m: None)
+    from_traces = collectives.collective_events(traced)
+    from_summaries = summaries.collective_frame(summaries.load_summaries(str(merged)))
+    assert len(from_traces) == len(from_summaries) >= 2 * WINDOW_STEPS * 2 * 5
+    cols = ["rank", "kind", "ts", "dur", "host_ts", "bytes", "group", "group_size", "group_ranks"]
+    assert from_traces[cols].reset_index(drop=True).equals(from_summaries[cols].reset_index(drop=True))
+    a = pipeline.analyze(traced)
+    b = pipeline.analyze_summaries(summaries.load_summaries(str(merged)))
+    for r in (0, 1):
+        ta, tb = a.ranks[r], b.ranks[r]
+        assert (tb.span_us, tb.idle_us, tb.exposed_comm_us) == pytest.approx((ta.span_us, ta.idle_us, ta.exposed_comm_us))
+        assert tb.busy_us == pytest.approx(ta.busy_us)
+        assert (tb.wait_us, tb.comm_us) == pytest.approx((ta.wait_us, ta.comm_us))
+    assert b.steps.ms_median == pytest.approx(a.steps.ms_median)
+
+
+def _shift_node(folder, rank: int, shift_us: float, host: str) -> None:
+    """Make `rank` look recorded on `host`, whose clock reads `shift_us` more: its trace, summary, manifest."""
+    (trace_name,) = [n for n in os.listdir(folder) if n.endswith(".pt.trace.json.gz") and f"_rank{rank}." in n]
+    with gzip.open(folder / trace_name, "rt") as f:
+        trace = json.load(f)
+    for e in trace["traceEvents"]:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] += shift_us
+    trace["host_name"] = host
+    new_name = f"{host}_rank{rank}." + trace_name.split(".", 1)[1]
+    os.remove(folder / trace_name)
+    with gzip.open(folder / new_name, "wt") as f:
+        json.dump(trace, f)
+    with gzip.open(folder / f"rank{rank}.summary.json.gz", "rt") as f:
+        summary = json.load(f)
+    cols = summary["collectives"]["columns"]
+    for row in summary["collectives"]["rows"]:
+        for col in ("ts", "host_ts"):
+            row[cols.index(col)] += shift_us
+    for step in summary["steps"]:
+        step["ts"] += shift_us
+        step["end"] += shift_us
+    summary.update(host=host, trace_file=new_name)
+    with gzip.open(folder / f"rank{rank}.summary.json.gz", "wt") as f:
+        json.dump(summary, f)
+    manifest = read_json(str(folder / f"rank{rank}.manifest.json"))
+    manifest["host"] = host
+    (folder / f"rank{rank}.manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.fixture(scope="module")
+def shifted(two_nodes, tmp_path_factory):
+    _, merged = two_nodes
+    folder = tmp_path_factory.mktemp("shifted") / "run"
+    shutil.copytree(merged, folder)
+    _shift_node(folder, 1, SHIFT_US, OTHER_HOST)
+    return folder
+
+
+@pytest.mark.parametrize("source", ["traces", "summaries"])
+def test_alignment_recovers_the_other_hosts_clock(shifted, two_nodes, source):
+    _, merged = two_nodes
+    load = (lambda d: loading.load_run(str(d), progress=lambda m: None)) if source == "traces" \
+        else (lambda d: summaries.load_summaries(str(d)))
+    aligned = alignment.align_run(load(shifted))
+    offset = aligned.offsets[1]
+    assert offset.applied and offset.via == 0 and offset.matched >= 2 * WINDOW_STEPS * 5
+    assert abs(offset.offset_us - SHIFT_US) < TOLERANCE_US, offset
+    # once aligned, who waited for whom is what it was on the shared clock
+    same_clock = alignment.align_run(load(merged), policy="never")
+    waits = aligned.collectives.groupby("rank")["wait_us"].sum()
+    before = same_clock.collectives.groupby("rank")["wait_us"].sum()
+    assert waits.to_numpy() == pytest.approx(before.to_numpy(), abs=TOLERANCE_US * len(aligned.collectives) / 2)
+    assert aligned.to_reference(1, 1000.0 + SHIFT_US) == pytest.approx(1000.0 + SHIFT_US - offset.offset_us)
+
+
+def test_analyze_reports_the_offset_and_residual(shifted):
+    result = dstrace("analyze", str(shifted), "--source", "summaries", "--format", "json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    clock = report["clock_alignment"]["1"]
+    assert clock["applied"] and abs(clock["offset_us"] - SHIFT_US) < TOLERANCE_US
+    assert clock["residual_us"] is not None
+    assert any(n.startswith("clocks aligned") and "residual" in n for n in report["notes"])
+    assert report["ranks"]["1"]["host"] == OTHER_HOST
+    assert report["ranks"]["1"]["file"].endswith(f"{OTHER_HOST}_rank1." + report["ranks"]["1"]["file"].split(".", 1)[1])
