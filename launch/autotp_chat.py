@@ -9,15 +9,13 @@ row-split ones; every rank computes the same sequence, so every rank gets the sa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, generation_config,  # noqa: E402
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, timed_chat,  # noqa: E402
                           pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
 
 SEED = 0  # every rank builds the same random weights, as if all had loaded one checkpoint
@@ -65,18 +63,7 @@ def main(argv=None) -> None:
     tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])
     pixels = pixel_values(device, dtype)
     for i in range(args.repeats):
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            model.chat(tokenizer, pixels, prompt_for(0), generation_config(args.max_new_tokens))
-        if cuda:
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - t0
-        line = {"rank": rank, "call": i + 1, "wall_s": wall, "tokens": args.max_new_tokens,
-                "ms_per_token": wall * 1e3 / args.max_new_tokens}
-        print(json.dumps(line), flush=True)
-        if args.result:
-            with open(args.result, "a") as f:
-                f.write(json.dumps(line) + "\n")
+        timed_chat(model, tokenizer, pixels, prompt_for(0), args.max_new_tokens, rank, i + 1, args.result)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, dispatch_over_gpus,  # noqa: E402
-                          generation_config, pixel_values, prompt_for)
+                          timed_chat, pixel_values, prompt_for)
 
 
 def main(argv=None) -> None:
@@ -41,18 +39,7 @@ def main(argv=None) -> None:
     for _ in range(args.repeats):
         for prompt in range(args.prompts):
             call += 1
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                model.chat(tokenizer, pixels, prompt_for(prompt), generation_config(args.max_new_tokens))
-            if cuda:
-                torch.cuda.synchronize()
-            wall = time.perf_counter() - t0
-            line = {"rank": 0, "call": call, "wall_s": wall, "tokens": args.max_new_tokens,
-                    "ms_per_token": wall * 1e3 / args.max_new_tokens}
-            print(json.dumps(line), flush=True)
-            if args.result:
-                with open(args.result, "a") as f:
-                    f.write(json.dumps(line) + "\n")
+            timed_chat(model, tokenizer, pixels, prompt_for(prompt), args.max_new_tokens, 0, call, args.result)
 
 
 if __name__ == "__main__":

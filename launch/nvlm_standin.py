@@ -130,6 +130,28 @@ def prompt_for(rank: int) -> str:
     return f"Describe image {rank} in detail, rank {rank}." + " more" * rank
 
 
+def timed_chat(model, tokenizer, pixels, prompt: str, max_new_tokens: int, rank: int, call: int,
+               result: str | None = None) -> dict:
+    """One chat() call, timed to the last GPU kernel, printed (and appended to `result`) as a JSON line:
+    the line every sweep and benchmark reads."""
+    import json
+    import time
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        model.chat(tokenizer, pixels, prompt, generation_config(max_new_tokens))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    line = {"rank": rank, "call": call, "wall_s": wall, "tokens": max_new_tokens,
+            "ms_per_token": wall * 1e3 / max_new_tokens}
+    print(json.dumps(line), flush=True)
+    if result:
+        with open(result, "a") as f:
+            f.write(json.dumps(line) + "\n")
+    return line
+
+
 def pixel_values(device, dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
     return torch.randn(IMAGE_TOKENS, PATCH_DIM, generator=g).to(device=device, dtype=dtype)

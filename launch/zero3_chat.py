@@ -7,7 +7,6 @@ deepspeed.initialize, then `module.chat(...)` with a different prompt on each ra
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -16,7 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, generation_config,  # noqa: E402
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, timed_chat,  # noqa: E402
                           pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
 
 CHECKPOINT_WAIT_S = 900
@@ -105,18 +104,7 @@ def main(argv=None) -> None:
     pixels = pixel_values(device, dtype)
     prompt = prompt_for(0 if (args.autotp_size or 0) > 1 else rank)
     for i in range(args.repeats):
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            model.chat(tokenizer, pixels, prompt, generation_config(args.max_new_tokens))
-        if cuda:
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - t0
-        line = {"rank": rank, "call": i + 1, "wall_s": wall, "tokens": args.max_new_tokens,
-                "ms_per_token": wall * 1e3 / args.max_new_tokens}
-        print(json.dumps(line), flush=True)
-        if args.result:
-            with open(args.result, "a") as f:
-                f.write(json.dumps(line) + "\n")
+        timed_chat(model, tokenizer, pixels, prompt, args.max_new_tokens, rank, i + 1, args.result)
 
 
 if __name__ == "__main__":

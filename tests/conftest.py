@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -60,11 +61,18 @@ def deepspeed_era_path() -> str:
     return path
 
 
+def free_port() -> int:
+    """A port for the launcher's rendezvous: the default 29500 may be taken by another job on the machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def record_zero3_chat(run_dir: str, *script_args: str, launcher: str = "torchrun", env=None):
     if launcher == "torchrun":
-        command = [tool("torchrun"), "--nproc_per_node", "2"]
+        command = [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port())]
     else:
-        command = [tool("deepspeed"), "--num_gpus", "2"]
+        command = [tool("deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
     return dstrace("record", "-o", run_dir, "--", *command, os.path.join(LAUNCH, "zero3_chat.py"),
                    "--size", "tiny", *script_args, env=env)
 

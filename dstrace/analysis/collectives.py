@@ -8,57 +8,11 @@ Bandwidths follow nccl-tests: algbw = size / time, busbw = algbw * factor(kind, 
 """
 from __future__ import annotations
 
-import math
-import re
-
 import numpy as np
 import pandas as pd
 
 from dstrace.analysis.model import CollectiveStats, LoadedRun
-
-NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-GLOO_OP = re.compile(r"^gloo:(\w+)")
-C10D_OP = re.compile(r"^c10d::(\w+)")
-
-# Canonical kind for a normalised op name (lower case, letters only), first prefix that matches wins.
-KIND_PREFIXES = (
-    ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"), ("allreduce", "AllReduce"),
-    ("alltoall", "AllToAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"), ("gather", "Gather"),
-    ("scatter", "Scatter"), ("sendrecv", "SendRecv"), ("send", "Send"), ("recv", "Recv"), ("barrier", "Barrier"),
-)
-# c10d ops that are not a collective themselves (waiting on one, or bookkeeping).
-NOT_COLLECTIVES = frozenset({"wait", "waitall", "monitoredbarrier"})
-
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
-    "double": 8, "float64": 8, "long": 8, "longint": 8, "int64": 8, "uint64": 8, "complexfloat": 8,
-    "complexdouble": 16,
-    "bfloat16": 2, "half": 2, "float16": 2, "short": 2, "shortint": 2, "int16": 2, "uint16": 2,
-    "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "unsignedchar": 1, "signedchar": 1,
-    "float8e4m3fn": 1, "float8e5m2": 1, "float8e4m3fnuz": 1, "float8e5m2fnuz": 1,
-}
-
-
-def dtype_bytes(dtype) -> int | None:
-    """Element size of a dtype as traces spell it: "BFloat16", "c10::BFloat16", "float", "long int"."""
-    if not isinstance(dtype, str):
-        return None
-    key = re.sub(r"[^a-z0-9]", "", dtype.lower().replace("c10::", "").replace("torch.", ""))
-    return DTYPE_BYTES.get(key)
-
-
-def kind_of(name: str) -> str | None:
-    """Canonical CamelCase kind (AllGather, AllReduce, ...) of an NCCL kernel or a CPU collective op name."""
-    m = NCCL_KERNEL.match(name)
-    if m and m.group(1) not in ("Generic",):
-        return m.group(1)
-    key = re.sub(r"[^a-z]", "", name.lower().split("(")[0].replace("nccl", ""))
-    if key in NOT_COLLECTIVES:
-        return None
-    for prefix, kind in KIND_PREFIXES:
-        if key.startswith(prefix):
-            return kind
-    return None
+from dstrace.trace_names import C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, dtype_bytes, kind_of, numel, parse_ranks
 
 
 def busbw_factor(kind: str, n: int) -> float:
@@ -72,27 +26,6 @@ def busbw_factor(kind: str, n: int) -> float:
     return 1.0
 
 
-def _parse_ranks(value) -> tuple[int, ...] | None:
-    """`Process Group Ranks` is a string like "[0, 1]"; Kineto truncates long lists with "...": unusable."""
-    if isinstance(value, list):
-        return tuple(int(v) for v in value)
-    if not isinstance(value, str) or "..." in value:
-        return None
-    nums = re.findall(r"-?\d+", value)
-    return tuple(int(v) for v in nums) if nums else None
-
-
-def _numel(dims) -> int | None:
-    if not isinstance(dims, list) or not dims:
-        return None
-    if all(isinstance(d, int) for d in dims):
-        return math.prod(dims)
-    if all(isinstance(d, list) for d in dims):  # a TensorList
-        parts = [_numel(d) for d in dims]
-        return sum(p for p in parts if p) if parts else None
-    return None
-
-
 def message_size(in_bytes: float, out_bytes: float) -> float:
     """The nccl-tests "size" of a collective: the larger of the send and receive buffers (AllGather: the
     gathered output; ReduceScatter: the full input; AllReduce/Broadcast: the buffer)."""
@@ -101,7 +34,7 @@ def message_size(in_bytes: float, out_bytes: float) -> float:
 
 def _launch_ts(events: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
     """Host time each kernel was launched (its cuda_runtime/driver call, joined on correlation)."""
-    launches = events[events["cat"].isin(("cuda_runtime", "cuda_driver", "Runtime", "Driver"))
+    launches = events[events["cat"].isin(LAUNCH_CATEGORIES)
                       & events["correlation"].notna()]
     launch = launches.drop_duplicates("correlation").set_index("correlation")["ts"]
     return kernels["correlation"].map(launch).fillna(kernels["ts"])
@@ -146,9 +79,8 @@ def cpu_collectives(events: pd.DataFrame, world_size: int) -> pd.DataFrame:
     size_from_dtype = chosen["dtype"].map(dtype_bytes)
     first_type = chosen["input_type"].map(lambda t: t[0] if isinstance(t, list) and t else None)
     size_from_type = first_type.map(dtype_bytes)
-    numel = chosen["input_dims"].map(lambda d: _numel(d[0]) if isinstance(d, list) and d else None)
-    numel = pd.to_numeric(numel, errors="coerce")
-    in_from_dims = numel * size_from_type
+    elements = chosen["input_dims"].map(lambda d: numel(d[0]) if isinstance(d, list) and d else None)
+    in_from_dims = pd.to_numeric(elements, errors="coerce") * size_from_type
     n = pd.to_numeric(chosen["group_size"], errors="coerce").fillna(world_size)
     out_from_dims = np.where(chosen["kind"] == "AllGather", in_from_dims * n,
                              np.where(chosen["kind"] == "ReduceScatter", in_from_dims / n, in_from_dims))
@@ -180,7 +112,7 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True)
     df["bytes"] = [message_size(i, o) for i, o in zip(df["in_bytes"].fillna(0), df["out_bytes"].fillna(0))]
     df["bytes"] = df["bytes"].fillna(0).astype("int64")
-    ranks = df["pg_ranks"].map(_parse_ranks)
+    ranks = df["pg_ranks"].map(parse_ranks)
     everyone = tuple(range(run.world_size))
     df["group_ranks"] = [r if r else everyone for r in ranks]
     df["group"] = [str(g) if isinstance(g, str) and g else "world" for g in df["pg_name"]]

@@ -31,12 +31,11 @@ from dstrace.errors import UserError
 from dstrace.analysis import cache, hta_breakdown, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.recording.manifest import (
     MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, RunRecord, read_manifest, read_run,
 )
 
-GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
-LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 
 ARG_COLUMNS = tracefile.ARG_COLUMNS
 EVENT_COLUMNS = ["name", "cat", "pid", "tid", "ts", "dur", "end", "is_gpu"] + [c for c, _ in ARG_COLUMNS]
@@ -317,9 +316,9 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     claims: dict[int, list[str]] = defaultdict(list)
     traces: dict[int, RankTrace] = {}
     for path, data, meta, events in parsed:
-        rank, source = _rank_of(path, data, meta)
+        rank, _ = _rank_of(path, data, meta)
         if rank is None and len(parsed) == 1:
-            rank, source = 0, "single trace"
+            rank = 0
         if rank is None:
             skipped.append({"path": path, "reason": "no rank in it (no distributedInfo, no dstrace metadata, no rankN in the name)"})
             warnings.append(f"skipped {os.path.basename(path)}: cannot tell which rank wrote it")

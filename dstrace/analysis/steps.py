@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis.model import LoadedRun, StepSummary
+from dstrace.trace_names import ALLGATHER_RANGE, DSTRACE_STEP
 
-DSTRACE_STEP = re.compile(r"^dstrace/step#(\d+)$")
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-ALLGATHER_RANGE = re.compile(r"^dstrace/zero3\.allgather bytes=(\d+)")
 
 
 def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:

@@ -11,10 +11,10 @@ import pandas as pd
 
 from dstrace.analysis import intervals
 from dstrace.analysis.model import RankTrace
+from dstrace.trace_names import CPU_NON_COMPUTE
 
 BUSY_KINDS = ("compute", "communication", "memory")
 HTA_KIND = {"COMPUTATION": "compute", "COMMUNICATION": "communication", "MEMORY": "memory", "OTHER": "compute"}
-CPU_NON_COMPUTE = r"^(?:c10d::|gloo:|record_param_comms|dstrace/|ProfilerStep#|PyTorch Profiler)"
 
 
 def gpu_kernels(events: pd.DataFrame) -> pd.DataFrame:
@@ -27,7 +27,7 @@ def gpu_kernels(events: pd.DataFrame) -> pd.DataFrame:
 
 def cpu_work(events: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     """CPU-only traces: collectives as 'communication', outermost other CPU ops as 'compute'."""
-    ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.match(CPU_NON_COMPUTE)]
+    ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.match(CPU_NON_COMPUTE.pattern)]
     compute = intervals.top_level(ops)[["ts", "end"]].assign(kind="compute")
     comm = coll[["ts", "end"]].assign(kind="communication")
     return pd.concat([compute, comm], ignore_index=True)

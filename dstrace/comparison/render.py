@@ -5,20 +5,12 @@ import dataclasses
 import json
 import math
 
+from dstrace.analysis.render.common import size
 from dstrace.comparison.model import Comparison, ConfigSummary, Spread
 
 FORMATS = ("text", "json", "markdown")
 HEAD = ["configuration", "status", "runs", "ms/step median [min-max]", "tok/s per seq", "tok/s all seqs",
         "vs baseline", "comm", "gathered/step", "eff. TP", "held", "DeepSpeed"]
-
-
-def _size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _spread(s: Spread | None, digits: int = 1) -> str:
@@ -35,7 +27,7 @@ def _row(c: ConfigSummary, comparison: Comparison) -> list[str]:
     agg = c.aggregate_tokens_per_s
     return [c.name, c.status, f"{ok}/{len(c.runs)}", _spread(c.ms_per_step), _spread(c.tokens_per_s),
             "-" if agg is None else f"{agg.median:.1f} ({c.sequences} seq)",
-            "-" if ratio is None else f"{ratio:.2f}x ms", _pct(c.comm_share), _size(c.gathered_bytes_per_step),
+            "-" if ratio is None else f"{ratio:.2f}x ms", _pct(c.comm_share), size(c.gathered_bytes_per_step),
             "-" if c.effective_tp is None else str(c.effective_tp), _pct(c.held_fraction),
             ", ".join(c.deepspeed_versions) or "-"]
 

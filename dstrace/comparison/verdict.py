@@ -6,17 +6,13 @@ from __future__ import annotations
 from itertools import combinations
 
 from dstrace.analysis.findings import ZERO3_MODEL_FRACTION
+from dstrace.analysis.render.common import size
 from dstrace.comparison.model import ConfigSummary, Explanation, Verdict
-from dstrace.comparison.stats import INDISTINGUISHABLE_RULE, indistinguishable, same_bytes
-
-
-def _size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
+from dstrace.comparison.stats import (
+    INDISTINGUISHABLE_RULE,
+    indistinguishable,
+    same_bytes,
+)
 
 
 def _ms(c: ConfigSummary) -> str:
@@ -89,7 +85,7 @@ def tp_request_without_effect(configs: list[ConfigSummary]) -> list[Explanation]
                   "run more repeats")
         summary = (f"{a.name} ({_asked(a)}) and {b.name} ({_asked(b)}) run the same model: effective TP "
                    f"{a.effective_tp}, the same {len(a.weight_shapes)} weight shapes, "
-                   f"{_size(a.gathered_bytes_per_step)} gathered per step each; {timing} "
+                   f"{size(a.gathered_bytes_per_step)} gathered per step each; {timing} "
                    f"({_ms(a)} vs {_ms(b)})")
         out.append(Explanation("tp-request-without-effect", [a.name, b.name], summary, {
             "tp_requested": {a.name: a.tp_requested, b.name: b.tp_requested},
@@ -127,8 +123,8 @@ def regathered(configs: list[ConfigSummary], baseline: ConfigSummary | None,
                    and baseline.name != c.name else "")
         comm = f", communication {c.comm_share:.0%} of the traced time" if c.comm_share is not None else ""
         out.append(Explanation("model-regathered-every-step", [c.name], (
-            f"{c.name}: every decode step gathers {_size(c.gathered_bytes_per_step)} per rank, {share:.0%} of the "
-            f"model's {_size(c.model_bytes)}, while each rank holds {c.held_fraction:.0%} of the weights"
+            f"{c.name}: every decode step gathers {size(c.gathered_bytes_per_step)} per rank, {share:.0%} of the "
+            f"model's {size(c.model_bytes)}, while each rank holds {c.held_fraction:.0%} of the weights"
             f"{comm}{against}"), {
             "gathered_bytes_per_step": c.gathered_bytes_per_step, "model_bytes": c.model_bytes,
             "share": share, "threshold": ZERO3_MODEL_FRACTION, "held_fraction": c.held_fraction,
@@ -159,7 +155,7 @@ def weights_split(configs: list[ConfigSummary], baseline: ConfigSummary | None) 
                 example = max(changed, key=lambda x: _numel(x[1]))
         shape = f" ({example[0]}: {example[1]} in {ref.name} -> {example[2]})" if example else ""
         kinds = ", ".join(f"{k} {n:.1f}/step" for k, n in c.collectives_per_step.items()) or "none in the trace"
-        gathered = _size(c.gathered_bytes_per_step) if c.gathered_bytes_per_step else "nothing"
+        gathered = size(c.gathered_bytes_per_step) if c.gathered_bytes_per_step else "nothing"
         out.append(Explanation("weights-split", [c.name], (
             f"{c.name}: weights split {c.effective_tp} ways{shape} by {', '.join(c.split_modules) or '-'}; "
             f"each rank holds {c.held_fraction:.0%} of the weights, gathers {gathered} per step; "

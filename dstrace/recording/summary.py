@@ -3,8 +3,8 @@
 Hundreds of ranks mean hundreds of traces of tens to hundreds of MB; the cross-rank questions (who
 waited for whom, whose clock is off, how long a step takes) need only each collective's kind, group,
 times and bytes, the step ranges, and a few totals. A rank reduces its own trace once, inside the job,
-so `dstrace analyze` reads kilobytes per rank. The rules that pick collectives, sizes and busy time are
-those of `dstrace.analysis.collectives` / `utilization` (tests hold the two to the same numbers); this
+so `dstrace analyze` reads kilobytes per rank. Collectives are named and sized by the rules of
+`dstrace.trace_names`, which the pandas analysis uses too (tests hold the two to the same numbers); this
 module uses the standard library only, since the job's environment may lack pandas.
 """
 from __future__ import annotations
@@ -16,36 +16,15 @@ import os
 import re
 from dataclasses import dataclass
 
+from dstrace.trace_names import (ALLGATHER_RANGE, C10D_OP, CPU_NON_COMPUTE, DSTRACE_STEP, GLOO_OP,
+                                 GPU_CATEGORIES, HTA_COMM_KERNEL, HTA_MEMORY_KERNEL, LAUNCH_CATEGORIES,
+                                 dtype_bytes, kind_of, numel, parse_ranks)
+
 SUMMARY_SCHEMA = "dstrace.summary/1"
 SUMMARY_SUFFIX = ".summary.json.gz"
 # One row per collective, in this order (`collectives.columns` in the file says so too).
 COLLECTIVE_COLUMNS = ("kind", "group", "seq", "ts", "dur", "host_ts", "in_bytes", "out_bytes", "bytes",
                       "group_size", "source")
-
-GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
-LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
-NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-GLOO_OP = re.compile(r"^gloo:(\w+)")
-C10D_OP = re.compile(r"^c10d::(\w+)")
-CPU_NON_COMPUTE = re.compile(r"^(?:c10d::|gloo:|record_param_comms|dstrace/|ProfilerStep#|PyTorch Profiler)")
-HTA_COMM_KERNEL = re.compile(r"^nccl.*Kernel")  # HTA's kernel types; its OTHER counts as compute
-HTA_MEMORY_KERNEL = re.compile(r"^(?:Memcpy|Memset|dma)")
-DSTRACE_STEP = re.compile(r"^dstrace/step#(\d+)$")
-ALLGATHER_RANGE = re.compile(r"^dstrace/zero3\.allgather bytes=(\d+)")
-KIND_PREFIXES = (
-    ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"), ("allreduce", "AllReduce"),
-    ("alltoall", "AllToAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"), ("gather", "Gather"),
-    ("scatter", "Scatter"), ("sendrecv", "SendRecv"), ("send", "Send"), ("recv", "Recv"), ("barrier", "Barrier"),
-)
-NOT_COLLECTIVES = frozenset({"wait", "waitall", "monitoredbarrier"})
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
-    "double": 8, "float64": 8, "long": 8, "longint": 8, "int64": 8, "uint64": 8, "complexfloat": 8,
-    "complexdouble": 16,
-    "bfloat16": 2, "half": 2, "float16": 2, "short": 2, "shortint": 2, "int16": 2, "uint16": 2,
-    "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "unsignedchar": 1, "signedchar": 1,
-    "float8e4m3fn": 1, "float8e5m2": 1, "float8e4m3fnuz": 1, "float8e5m2fnuz": 1,
-}
 
 
 @dataclass
@@ -68,51 +47,12 @@ def summary_path(run_dir: str, rank: int) -> str:
     return os.path.join(run_dir, f"rank{rank}{SUMMARY_SUFFIX}")
 
 
-# ---- classification (the same rules as dstrace.analysis.collectives) ------------------------------
-def dtype_bytes(dtype) -> int | None:
-    if not isinstance(dtype, str):
-        return None
-    key = re.sub(r"[^a-z0-9]", "", dtype.lower().replace("c10::", "").replace("torch.", ""))
-    return DTYPE_BYTES.get(key)
-
-
-def kind_of(name: str) -> str | None:
-    m = NCCL_KERNEL.match(name)
-    if m and m.group(1) != "Generic":
-        return m.group(1)
-    key = re.sub(r"[^a-z]", "", name.lower().split("(")[0].replace("nccl", ""))
-    if key in NOT_COLLECTIVES:
-        return None
-    return next((kind for prefix, kind in KIND_PREFIXES if key.startswith(prefix)), None)
-
-
 def _number(value) -> float | None:
     try:
         out = float(value)
     except (TypeError, ValueError):
         return None
     return None if math.isnan(out) else out
-
-
-def _numel(dims) -> int | None:
-    if not isinstance(dims, list) or not dims:
-        return None
-    if all(isinstance(d, int) for d in dims):
-        return math.prod(dims)
-    if all(isinstance(d, list) for d in dims):
-        parts = [_numel(d) for d in dims]
-        return sum(p for p in parts if p) if parts else None
-    return None
-
-
-def parse_ranks(value) -> list[int] | None:
-    """`Process Group Ranks` ("[0, 1]"); Kineto truncates long lists with "...": unusable then."""
-    if isinstance(value, list):
-        return [int(v) for v in value]
-    if not isinstance(value, str) or "..." in value:
-        return None
-    nums = re.findall(r"-?\d+", value)
-    return [int(v) for v in nums] if nums else None
 
 
 def complete_events(trace: dict) -> list[Event]:
@@ -168,8 +108,8 @@ def _cpu_collectives(events: list[Event], world_size: int) -> list[dict]:
         else:
             types, dims = a.get("Input type"), a.get("Input Dims")
             size = dtype_bytes(types[0]) if isinstance(types, list) and types else None
-            numel = _numel(dims[0]) if isinstance(dims, list) and dims else None
-            in_b = numel * size if numel is not None and size else None
+            elements = numel(dims[0]) if isinstance(dims, list) and dims else None
+            in_b = elements * size if elements is not None and size else None
             out_b = None if in_b is None else (in_b * n if kind == "AllGather"
                                                else in_b / n if kind == "ReduceScatter" else in_b)
         rows.append(_row(e, kind, e.ts, in_b, out_b, source))

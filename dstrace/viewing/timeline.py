@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import alignment, collectives, steps as steps_mod
-from dstrace.analysis.loading import GPU_CATEGORIES, LAUNCH_CATEGORIES
+from dstrace.trace_names import GPU_CATEGORIES, LAUNCH_CATEGORIES
 from dstrace.analysis.model import ClockOffset, LoadedRun
 from dstrace.errors import UserError
 

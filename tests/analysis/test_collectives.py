@@ -4,7 +4,8 @@ import pytest
 
 import synthetic
 from helpers import analyze_dir
-from dstrace.analysis.collectives import busbw_factor, dtype_bytes, kind_of
+from dstrace.analysis.collectives import busbw_factor
+from dstrace.trace_names import dtype_bytes, kind_of
 
 
 @pytest.mark.parametrize("name,kind", [

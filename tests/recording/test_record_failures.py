@@ -7,10 +7,14 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import (ROOT, SCRIPTS, cpu_env, deepspeed_era_path, dstrace, manifests, read_json,
+from tests.conftest import (ROOT, SCRIPTS, cpu_env, deepspeed_era_path, dstrace, free_port, manifests, read_json,
                             read_trace, record_zero3_chat, tool, traces)
 
 JOB = os.path.join(SCRIPTS, "job.py")
+
+
+def torchrun2() -> list[str]:
+    return [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port())]
 
 
 def run_record(tmp_path, name, *command, env=None):
@@ -62,7 +66,7 @@ def test_report_config_in_current_deepspeed_is_refused(tmp_path):
 
 
 def test_crashing_rank_leaves_other_rank_whole(tmp_path):
-    run_dir, result = run_record(tmp_path, "crash", tool("torchrun"), "--nproc_per_node", "2", JOB,
+    run_dir, result = run_record(tmp_path, "crash", *torchrun2(), JOB,
                                  "--crash-rank", "1", "--sleep", "60")
     assert result.returncode != 0
     run = read_json(os.path.join(run_dir, "run.json"))
@@ -76,7 +80,7 @@ def test_crashing_rank_leaves_other_rank_whole(tmp_path):
 
 
 def test_killed_rank_is_reported_crashed(tmp_path):
-    run_dir, result = run_record(tmp_path, "kill", tool("torchrun"), "--nproc_per_node", "2", JOB,
+    run_dir, result = run_record(tmp_path, "kill", *torchrun2(), JOB,
                                  "--crash-rank", "1", "--crash-how", "kill", "--sleep", "60")
     assert result.returncode != 0
     run = read_json(os.path.join(run_dir, "run.json"))
@@ -115,7 +119,7 @@ def test_sigterm_writes_what_was_recorded(tmp_path):
 
 def test_sigterm_through_torchrun(tmp_path):
     run_dir = str(tmp_path / "term2")
-    proc = _start_and_wait_for_trace(run_dir, [tool("torchrun"), "--nproc_per_node", "2", JOB, "--sleep", "120"],
+    proc = _start_and_wait_for_trace(run_dir, [*torchrun2(), JOB, "--sleep", "120"],
                                      expected=2)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=180)

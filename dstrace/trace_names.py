@@ -1,0 +1,80 @@
+"""How Kineto traces name things: event categories, collective kernels and ops, dtype sizes, dstrace's ranges.
+
+Standard library only: the in-job rank summary (whose environment may lack pandas) and the pandas
+analysis apply these same rules, so a collective is classified and sized the same way in both.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
+NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+GLOO_OP = re.compile(r"^gloo:(\w+)")
+C10D_OP = re.compile(r"^c10d::(\w+)")
+# CPU ops that are communication or bookkeeping, not compute, in a CPU-only trace.
+CPU_NON_COMPUTE = re.compile(r"^(?:c10d::|gloo:|record_param_comms|dstrace/|ProfilerStep#|PyTorch Profiler)")
+HTA_COMM_KERNEL = re.compile(r"^nccl.*Kernel")  # HTA's kernel types; its OTHER counts as compute
+HTA_MEMORY_KERNEL = re.compile(r"^(?:Memcpy|Memset|dma)")
+DSTRACE_STEP = re.compile(r"^dstrace/step#(\d+)$")
+ALLGATHER_RANGE = re.compile(r"^dstrace/zero3\.allgather bytes=(\d+)")
+
+# Canonical kind for a normalised op name (lower case, letters only), first prefix that matches wins.
+KIND_PREFIXES = (
+    ("allgather", "AllGather"), ("reducescatter", "ReduceScatter"), ("allreduce", "AllReduce"),
+    ("alltoall", "AllToAll"), ("broadcast", "Broadcast"), ("reduce", "Reduce"), ("gather", "Gather"),
+    ("scatter", "Scatter"), ("sendrecv", "SendRecv"), ("send", "Send"), ("recv", "Recv"), ("barrier", "Barrier"),
+)
+# c10d ops that are not a collective themselves (waiting on one, or bookkeeping).
+NOT_COLLECTIVES = frozenset({"wait", "waitall", "monitoredbarrier"})
+
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
+    "double": 8, "float64": 8, "long": 8, "longint": 8, "int64": 8, "uint64": 8, "complexfloat": 8,
+    "complexdouble": 16,
+    "bfloat16": 2, "half": 2, "float16": 2, "short": 2, "shortint": 2, "int16": 2, "uint16": 2,
+    "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "unsignedchar": 1, "signedchar": 1,
+    "float8e4m3fn": 1, "float8e5m2": 1, "float8e4m3fnuz": 1, "float8e5m2fnuz": 1,
+}
+
+
+def dtype_bytes(dtype) -> int | None:
+    """Element size of a dtype as traces spell it: "BFloat16", "c10::BFloat16", "float", "long int"."""
+    if not isinstance(dtype, str):
+        return None
+    key = re.sub(r"[^a-z0-9]", "", dtype.lower().replace("c10::", "").replace("torch.", ""))
+    return DTYPE_BYTES.get(key)
+
+
+def kind_of(name: str) -> str | None:
+    """Canonical CamelCase kind (AllGather, AllReduce, ...) of an NCCL kernel or a CPU collective op name."""
+    m = NCCL_KERNEL.match(name)
+    if m and m.group(1) != "Generic":
+        return m.group(1)
+    key = re.sub(r"[^a-z]", "", name.lower().split("(")[0].replace("nccl", ""))
+    if key in NOT_COLLECTIVES:
+        return None
+    return next((kind for prefix, kind in KIND_PREFIXES if key.startswith(prefix)), None)
+
+
+def parse_ranks(value) -> tuple[int, ...] | None:
+    """`Process Group Ranks` is a string like "[0, 1]"; Kineto truncates long lists with "...": unusable."""
+    if isinstance(value, list):
+        return tuple(int(v) for v in value)
+    if not isinstance(value, str) or "..." in value:
+        return None
+    nums = re.findall(r"-?\d+", value)
+    return tuple(int(v) for v in nums) if nums else None
+
+
+def numel(dims) -> int | None:
+    """Elements of a shape, or of a TensorList's shapes, as `Input Dims` records them."""
+    if not isinstance(dims, list) or not dims:
+        return None
+    if all(isinstance(d, int) for d in dims):
+        return math.prod(dims)
+    if all(isinstance(d, list) for d in dims):
+        parts = [numel(d) for d in dims]
+        return sum(p for p in parts if p) if parts else None
+    return None
