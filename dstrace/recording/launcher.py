@@ -26,6 +26,7 @@ from .window import MODES, WindowOptions
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PYTHON_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed")
+CUPTI_TEARDOWN = "TEARDOWN_CUPTI"
 # How long the command gets to write its files after dstrace forwards a SIGTERM.
 TERM_GRACE_S = 60.0
 
@@ -123,12 +124,17 @@ def child_environment(run_dir: str, run_id: str, opts: RecordOptions,
     env[session.ENV_RUN_DIR] = run_dir
     env[session.ENV_RUN_ID] = run_id
     env[session.ENV_WINDOW] = opts.window.to_env()
+    if opts.window.mode == "full":
+        # Kineto leaves CUPTI attached after the window unless told to tear it down, which slows every
+        # later kernel launch (pytorch/pytorch#144455); the user's own setting wins.
+        env.setdefault(CUPTI_TEARDOWN, "1")
     if role is not None:
         env[multinode.ENV_NODE] = role.node
     if _is_plain_python(opts.command):
         env[session.ENV_SINGLE] = str(os.getpid())
     if multinode.is_deepspeed(opts.command):
-        forwarded = {k: env[k] for k in (session.ENV_RUN_DIR, session.ENV_RUN_ID, session.ENV_WINDOW)}
+        forwarded = {k: env[k] for k in (session.ENV_RUN_DIR, session.ENV_RUN_ID, session.ENV_WINDOW, CUPTI_TEARDOWN)
+                     if k in env}
         path, warnings = multinode.write_deepspeed_env(run_dir, forwarded, env, os.path.expanduser("~"),
                                                        os.getcwd(), [BOOTSTRAP_DIR, PACKAGE_PARENT])
         env["DS_ENV_FILE"] = path

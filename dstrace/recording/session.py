@@ -29,7 +29,7 @@ ENV_RANK_PID = "DSTRACE_RANK_PID"  # set by a recorded rank: processes it starts
 
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "TORCHELASTIC_", "DS_", "OMP_", "MASTER_", "DSTRACE_")
 _ENV_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-              "CROSS_RANK", "CROSS_SIZE", "NODE_RANK", "MKL_NUM_THREADS")
+              "CROSS_RANK", "CROSS_SIZE", "NODE_RANK", "MKL_NUM_THREADS", "TEARDOWN_CUPTI")
 
 
 def _env_int(name: str, default: int) -> int:

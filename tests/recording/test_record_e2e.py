@@ -6,7 +6,8 @@ import os
 import re
 import sys
 
-from tests.conftest import (LAUNCH, dstrace, manifests, read_json, read_trace, record_zero3_chat, traces)
+from tests.conftest import (LAUNCH, cpu_env, dstrace, manifests, read_json, read_trace, record_zero3_chat,
+                            traces)
 
 MAX_NEW_TOKENS = 8
 
@@ -140,3 +141,15 @@ def test_window_options_choose_call_and_steps(tmp_path):
     steps = sorted(n for n in dstrace_names(read_trace(path)) if n.startswith("dstrace/step#"))
     assert steps == ["dstrace/step#0", "dstrace/step#1"]
 
+
+
+def test_full_mode_asks_kineto_to_tear_cupti_down(zero3_run, tmp_path):
+    """After the window the profiler must not stay attached; a user's own TEARDOWN_CUPTI is kept."""
+    run_dir, _ = zero3_run
+    assert all(m["env"]["TEARDOWN_CUPTI"] == "1" for m in manifests(run_dir).values())
+    kept = str(tmp_path / "kept")
+    result = dstrace("record", "-o", kept, "--", sys.executable, os.path.join(LAUNCH, "device_map_chat.py"),
+                     "--size", "tiny", "--max-new-tokens", "3", env=cpu_env(TEARDOWN_CUPTI="0"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    (m,) = manifests(kept).values()
+    assert m["env"]["TEARDOWN_CUPTI"] == "0"
