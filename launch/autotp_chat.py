@@ -15,7 +15,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, timed_chat,  # noqa: E402
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, place_rank, timed_chat,  # noqa: E402
                           pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
 
 SEED = 0  # every rank builds the same random weights, as if all had loaded one checkpoint
@@ -44,26 +44,19 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     import deepspeed
 
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(local_rank)
-    bf16 = args.dtype == "bf16" or (args.dtype == "auto" and cuda)
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    place = place_rank(args.dtype)
 
     set_local_size_for_cpu_allreduce()
     deepspeed.init_distributed()
-    model = build_model(args.size, dtype, device).eval()
-    engine = deepspeed.init_inference(model, tensor_parallel={"tp_size": args.tp_size or world}, dtype=dtype)
+    model = build_model(args.size, place.dtype, place.device).eval()
+    engine = deepspeed.init_inference(model, tensor_parallel={"tp_size": args.tp_size or place.world},
+                                      dtype=place.dtype)
     model = engine.module
 
     tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])
-    pixels = pixel_values(device, dtype)
+    pixels = pixel_values(place.device, place.dtype)
     for i in range(args.repeats):
-        timed_chat(model, tokenizer, pixels, prompt_for(0), args.max_new_tokens, rank, i + 1, args.result)
+        timed_chat(model, tokenizer, pixels, prompt_for(0), args.max_new_tokens, place.rank, i + 1, args.result)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -128,6 +129,34 @@ def generation_config(max_new_tokens: int) -> dict:
 def prompt_for(rank: int) -> str:
     """A different prompt on each rank, as in the report."""
     return f"Describe image {rank} in detail, rank {rank}." + " more" * rank
+
+
+@dataclass
+class Placement:
+    """Where this rank runs: its identity from the launcher's environment, its device and dtype."""
+    rank: int
+    local_rank: int
+    world: int
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def bf16(self) -> bool:
+        return self.dtype == torch.bfloat16
+
+
+def place_rank(dtype_choice: str) -> Placement:
+    """Read RANK/LOCAL_RANK/WORLD_SIZE, make this rank's GPU current, and pick the dtype: bf16 on GPUs
+    and fp32 on CPU unless `dtype_choice` ("auto", "bf16", "fp32") says otherwise."""
+    rank = int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    bf16 = dtype_choice == "bf16" or (dtype_choice == "auto" and cuda)
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    return Placement(rank, local_rank, world, device, torch.bfloat16 if bf16 else torch.float32)
 
 
 def timed_chat(model, tokenizer, pixels, prompt: str, max_new_tokens: int, rank: int, call: int,

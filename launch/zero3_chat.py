@@ -12,11 +12,10 @@ import shutil
 import sys
 import time
 
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, timed_chat,  # noqa: E402
-                          pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, pixel_values, place_rank,  # noqa: E402
+                          prompt_for, set_local_size_for_cpu_allreduce, timed_chat)
 
 CHECKPOINT_WAIT_S = 900
 
@@ -78,33 +77,26 @@ def main(argv=None) -> None:
     import deepspeed
     from transformers.integrations import HfDeepSpeedConfig
 
-    rank = int(os.environ.get("RANK", 0))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(local_rank)
-    bf16 = args.dtype == "bf16" or (args.dtype == "auto" and cuda)
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    config = ds_config(args, bf16)
+    place = place_rank(args.dtype)
+    config = ds_config(args, place.bf16)
     if (args.autotp_size or 0) > 1:
         set_local_size_for_cpu_allreduce()
     dschf = HfDeepSpeedConfig(config)  # noqa: F841 - must stay alive: from_pretrained builds under zero.Init
 
     if args.load == "pretrained":
         path = args.checkpoint_dir or os.path.join("/tmp", f"dstrace-standin-{args.size}")
-        ensure_checkpoint(path, args.size, dtype, rank)
-        model = NVLMStandIn.from_pretrained(path, dtype=dtype)
+        ensure_checkpoint(path, args.size, place.dtype, place.rank)
+        model = NVLMStandIn.from_pretrained(path, dtype=place.dtype)
     else:
-        model = NVLMStandIn._from_config(build_config(args.size), dtype=dtype)
+        model = NVLMStandIn._from_config(build_config(args.size), dtype=place.dtype)
     engine, *_ = deepspeed.initialize(model=model, config_params=config)
     model = engine.module.eval()
 
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])
-    pixels = pixel_values(device, dtype)
-    prompt = prompt_for(0 if (args.autotp_size or 0) > 1 else rank)
+    pixels = pixel_values(place.device, place.dtype)
+    prompt = prompt_for(0 if (args.autotp_size or 0) > 1 else place.rank)
     for i in range(args.repeats):
-        timed_chat(model, tokenizer, pixels, prompt, args.max_new_tokens, rank, i + 1, args.result)
+        timed_chat(model, tokenizer, pixels, prompt, args.max_new_tokens, place.rank, i + 1, args.result)
 
 
 if __name__ == "__main__":
