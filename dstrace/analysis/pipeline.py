@@ -31,8 +31,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
 
     step_df, step_source = steps_mod.step_ranges(run)
     coll = collectives.collective_events(run)
-    if len(coll) and (coll["bytes"] == 0).all():
-        notes.append("collective sizes are unknown in these traces (profile with record_shapes=True on CPU)")
+    notes.extend(_unknown_sizes_note(coll))
     hosts = {r: t.host for r, t in run.traces.items()}
     coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy)
     warnings.extend(align_warnings)
@@ -61,15 +60,27 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             host_time=host.host_during_idle(trace) if device == "gpu" and trace.has_gpu else {},
         )
     step_summary = steps_mod.summarize_steps(run, step_df, step_source, coll)
-    t0 = float(coll["ts"].min()) if len(coll) else 0.0
-    waits_over_time = pd.DataFrame({"rank": coll["rank"], "kind": coll["kind"],
-                                    "ts_ms": (coll["ts"] - t0) / 1e3, "wait_us": coll["wait_us"]}) \
-        if len(coll) else pd.DataFrame(columns=["rank", "kind", "ts_ms", "wait_us"])
+    waits_over_time = _waits_over_time(coll)
     return Analysis(
         trace_dir=run.trace_dir, run_id=run.run_id, device=device, world_size=run.world_size,
         ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=summaries, steps=step_summary,
         findings=findings.all_findings(run, summaries, step_summary), clock=clock,
         waits_over_time=waits_over_time, warnings=warnings, notes=notes, skipped=run.skipped)
+
+
+def _unknown_sizes_note(coll: pd.DataFrame) -> list[str]:
+    if len(coll) and (coll["bytes"] == 0).all():
+        return ["collective sizes are unknown in these traces (profile with record_shapes=True on CPU)"]
+    return []
+
+
+def _waits_over_time(coll: pd.DataFrame) -> pd.DataFrame:
+    """Each collective's wait against its start, in ms from the first one: the report's scatter plot."""
+    if not len(coll):
+        return pd.DataFrame(columns=["rank", "kind", "ts_ms", "wait_us"])
+    t0 = float(coll["ts"].min())
+    return pd.DataFrame({"rank": coll["rank"], "kind": coll["kind"], "ts_ms": (coll["ts"] - t0) / 1e3,
+                         "wait_us": coll["wait_us"]})
 
 
 TRACE_POINTERS_PER_FINDING = 8
@@ -89,8 +100,7 @@ def analyze_summaries(run, clock_policy: str = "auto") -> Analysis:
                      "all times are host times")
     raw = summaries.collective_frame(run)
     step_df = summaries.step_frame(run)
-    if len(raw) and (raw["bytes"] == 0).all():
-        notes.append("collective sizes are unknown in these traces (profile with record_shapes=True on CPU)")
+    notes.extend(_unknown_sizes_note(raw))
     coll, clock, align_warnings = alignment.align(raw, step_df, run.hosts, clock_policy)
     warnings.extend(align_warnings)
     note = alignment.alignment_note(clock)
@@ -115,10 +125,7 @@ def analyze_summaries(run, clock_policy: str = "auto") -> Analysis:
         if named:
             more = f" and {len(f.ranks) - len(named)} more" if len(f.ranks) > len(named) else ""
             notes.append(f"{f.id}: full traces in {run.trace_dir}: " + "; ".join(named) + more)
-    t0 = float(coll["ts"].min()) if len(coll) else 0.0
-    waits_over_time = pd.DataFrame({"rank": coll["rank"], "kind": coll["kind"],
-                                    "ts_ms": (coll["ts"] - t0) / 1e3, "wait_us": coll["wait_us"]}) \
-        if len(coll) else pd.DataFrame(columns=["rank", "kind", "ts_ms", "wait_us"])
+    waits_over_time = _waits_over_time(coll)
     return Analysis(
         trace_dir=run.trace_dir, run_id=run.run_id, device=run.device, world_size=run.world_size,
         ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=ranks, steps=step_summary,
