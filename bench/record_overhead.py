@@ -17,7 +17,10 @@ On CPU, as a smoke test only (CPU numbers say nothing about GPU overhead):
     DS_ACCELERATOR=cpu python bench/record_overhead.py --repeats 1 --out /tmp/overhead \\
         --launcher "torchrun --standalone --nproc_per_node 2" --workload-args "--size tiny --max-new-tokens 8"
 
-Writes OUT/overhead.json (every run's numbers) and OUT/overhead.md (the table).
+Each run is appended to OUT/runs.jsonl as soon as it ends, so a session stopped by a time limit keeps
+every finished run; `--first-repeat` continues the numbering in a later session, and `--summarize
+RUNS.jsonl...` turns the runs of one or more sessions into OUT/overhead.json (every run's numbers) and
+OUT/overhead.md (the table), as a complete session does at its end.
 """
 from __future__ import annotations
 
@@ -127,36 +130,73 @@ def ratios(runs: list[dict]) -> dict:
             for k, v in per_repeat.items()}
 
 
+def per_mode(runs: list[dict]) -> dict:
+    """ms/token per mode and call over all runs: median, min-max and count, beside the paired ratios."""
+    out = {}
+    for mode in MODES:
+        for call in (1, 2):
+            values = [statistics.mean(ln["ms_per_token"] for ln in r["lines"] if ln.get("call") == call)
+                      for r in runs if r["mode"] == mode and any(ln.get("call") == call for ln in r["lines"])]
+            if values:
+                out[f"{mode}, call {call}"] = {"median": median_of(values), "min": min(values),
+                                               "max": max(values), "n": len(values)}
+    return out
+
+
+def summarize(runs: list[dict], command: dict, out_dir: str) -> str:
+    """Write overhead.json and overhead.md from finished runs; return the table."""
+    result = {"command": command, "ratios": ratios(runs), "ms_per_token": per_mode(runs), "runs": runs}
+    with open(os.path.join(out_dir, "overhead.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    rows = ["| ratio (paired within a repeat) | median | min-max | repeats |", "|---|---|---|---|"]
+    for name, r in result["ratios"].items():
+        rows.append(f"| {name} | {r['median']:.3f} | {r['min']:.3f}-{r['max']:.3f} | {r['n']} |" if r
+                    else f"| {name} | n/a | | 0 |")
+    rows += ["", "| mode, call | ms/token median | min-max | runs |", "|---|---|---|---|"]
+    for name, r in result["ms_per_token"].items():
+        rows.append(f"| {name} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | {r['n']} |")
+    table = "\n".join(rows) + "\n"
+    with open(os.path.join(out_dir, "overhead.md"), "w") as f:
+        f.write(table)
+    return table
+
+
+def read_runs(paths: list[str]) -> list[dict]:
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs += [json.loads(line) for line in f if line.strip()]
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--first-repeat", type=int, default=0, help="number the repeats from here (a later session)")
     ap.add_argument("--out", default="/tmp/dstrace-overhead")
     ap.add_argument("--launcher", default="deepspeed --num_gpus 2")
     ap.add_argument("--script", default="launch/zero3_chat.py")
     ap.add_argument("--workload-args", default="--size qwen2-1.5b --load config --max-new-tokens 64")
     ap.add_argument("--dstrace", default=f"{sys.executable} -m dstrace.cli")
+    ap.add_argument("--summarize", nargs="+", metavar="RUNS_JSONL",
+                    help="run nothing: summarize the runs.jsonl of earlier sessions into OUT")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    command = {k: getattr(args, k) for k in ("launcher", "script", "workload_args", "repeats", "first_repeat")}
+    if args.summarize:
+        print(summarize(read_runs(args.summarize), command, args.out))
+        return
     runs = []
-    for i in range(args.repeats):
+    for i in range(args.first_repeat, args.first_repeat + args.repeats):
         for mode in (MODES if i % 2 == 0 else MODES[::-1]):
             run = run_once(mode, args, args.out, i)
             runs.append(run)
+            with open(os.path.join(args.out, "runs.jsonl"), "a") as f:
+                f.write(json.dumps(run) + "\n")
             print(f"repeat {i + 1} {mode:8s}: ms/token by call "
                   f"{[round(ln['ms_per_token'], 2) for ln in run['lines']]}, wall {run['wall_s']:.1f} s",
                   file=sys.stderr, flush=True)
-    result = {"command": {k: getattr(args, k) for k in ("launcher", "script", "workload_args", "repeats")},
-              "ratios": ratios(runs), "runs": runs}
-    with open(os.path.join(args.out, "overhead.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    rows = ["| ratio | median | min-max | repeats |", "|---|---|---|---|"]
-    for name, r in result["ratios"].items():
-        rows.append(f"| {name} | {r['median']:.3f} | {r['min']:.3f}-{r['max']:.3f} | {r['n']} |" if r
-                    else f"| {name} | n/a | | 0 |")
-    table = "\n".join(rows) + "\n"
-    with open(os.path.join(args.out, "overhead.md"), "w") as f:
-        f.write(table)
-    print(table)
+    print(summarize(runs, command, args.out))
 
 
 if __name__ == "__main__":
