@@ -1,11 +1,14 @@
 """Time and memory of `dstrace analyze` against HTA alone on the same run folder.
 
-Three cases, each run `--repeats` times in alternating order, each in a fresh process:
+The cases, each run `--repeats` times in alternating order, each in a fresh process:
   hta     bench/hta_alone.py: HTA's TraceAnalysis and the breakdowns dstrace reports
   first   dstrace analyze with no cache beside the traces (deleted before each run)
+  first1  the same with --parse-workers 1 (one trace parsed at a time: the least memory)
   second  dstrace analyze again, the cache in place
-Wall time is measured around the process; peak memory is the largest sum of RSS over the process and
-all its children (parse workers), sampled every 20 ms, and, separately, the main process's own peak.
+Wall time is measured around the process; peak memory is the largest sum over the process and all its
+children (parse workers), sampled every 20 ms, of RSS and of PSS (proportional set size: a page shared
+by n processes, like the libraries and the data forked workers inherit, counts 1/n in each, so the sum
+counts it once; RSS counts it in every process), and, separately, the main process's own peak RSS.
 
     python bench/analysis.py traces/h200-zero3-tp2-ds0.16.1 --repeats 5 --json /tmp/bench.json
 """
@@ -28,16 +31,18 @@ REPO = os.path.dirname(HERE)
 
 
 def run_measured(cmd: list[str]) -> dict:
-    """Run cmd; wall seconds, peak RSS of the whole process tree and of the main process (bytes)."""
+    """Run cmd; wall seconds, peak RSS and PSS of the whole process tree, peak RSS of the main process (bytes)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     ps = psutil.Process(proc.pid)
-    tree_peak = main_peak = 0
+    tree_peak = main_peak = pss_peak = 0
     while proc.poll() is None:
         try:
             procs = [ps] + ps.children(recursive=True)
-            rss = [p.memory_info().rss for p in procs]
+            full = [p.memory_full_info() for p in procs]
+            rss = [m.rss for m in full]
             tree_peak, main_peak = max(tree_peak, sum(rss)), max(main_peak, rss[0])
+            pss_peak = max(pss_peak, sum(m.pss for m in full))
         except psutil.Error:
             pass
         time.sleep(0.02)
@@ -45,7 +50,7 @@ def run_measured(cmd: list[str]) -> dict:
     err = proc.stderr.read().decode(errors="replace")
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
-    return {"wall_s": wall, "tree_peak_rss": tree_peak, "main_peak_rss": main_peak}
+    return {"wall_s": wall, "tree_peak_rss": tree_peak, "tree_peak_pss": pss_peak, "main_peak_rss": main_peak}
 
 
 def clear_cache(folder: str) -> None:
@@ -74,39 +79,43 @@ def main() -> None:
     folder = os.path.abspath(args.folder)
     py = sys.executable
     analyze = [py, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", os.devnull]
-    commands = {"hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze, "second": analyze}
+    commands = {"hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze,
+                "first1": analyze + ["--parse-workers", "1"], "second": analyze}
     cases = args.cases.split(",")
     results: dict[str, list[dict]] = {c: [] for c in cases}
     for i in range(args.repeats):
         order = cases if i % 2 == 0 else cases[::-1]
         for case in order:
-            if case == "first":
+            if case.startswith("first"):
                 clear_cache(folder)
             elif case == "second" and not glob.glob(os.path.join(folder, ".*.dstrace-cache.npz")):
                 subprocess.run(analyze, check=True, capture_output=True, cwd=REPO)
             results[case].append(run_measured(commands[case]))
             m = results[case][-1]
-            print(f"{case:6s} run {i + 1}: {m['wall_s']:.2f} s, tree peak {m['tree_peak_rss'] / 1e6:.0f} MB, "
-                  f"main peak {m['main_peak_rss'] / 1e6:.0f} MB", file=sys.stderr, flush=True)
+            print(f"{case:6s} run {i + 1}: {m['wall_s']:.2f} s, tree peak RSS {m['tree_peak_rss'] / 1e6:.0f} MB, "
+                  f"PSS {m['tree_peak_pss'] / 1e6:.0f} MB, main peak RSS {m['main_peak_rss'] / 1e6:.0f} MB",
+                  file=sys.stderr, flush=True)
     sizes = trace_sizes(folder)
     out = {"folder": folder, "machine": f"{platform.node()}: {psutil.cpu_count()} CPUs, "
                                         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.processor() or platform.machine()}",
            "traces": len(sizes), "largest_trace_bytes": max(sizes), "total_trace_bytes": sum(sizes),
            "cases": {c: {"wall_s": summary([m["wall_s"] for m in ms]),
                          "tree_peak_rss": summary([m["tree_peak_rss"] for m in ms]),
+                         "tree_peak_pss": summary([m["tree_peak_pss"] for m in ms]),
                          "main_peak_rss": summary([m["main_peak_rss"] for m in ms]), "runs": ms}
                      for c, ms in results.items()}}
     text = json.dumps(out, indent=2)
     if args.json:
         with open(args.json, "w") as f:
             f.write(text)
-    print("| case | wall s, median (min-max) | peak RSS, tree, MB | peak RSS, main, MB | peak / largest trace |")
-    print("|---|---|---|---|---|")
+    print("| case | wall s, median (min-max) | peak RSS, tree, MB | peak PSS, tree, MB | peak RSS, main, MB "
+          "| peak / largest trace (RSS, PSS) |")
+    print("|---|---|---|---|---|---|")
     for c, r in out["cases"].items():
-        w, t, m = r["wall_s"], r["tree_peak_rss"], r["main_peak_rss"]
+        w, t, p, m = r["wall_s"], r["tree_peak_rss"], r["tree_peak_pss"], r["main_peak_rss"]
         print(f"| {c} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | {t['median'] / 1e6:.0f} "
-              f"({t['min'] / 1e6:.0f}-{t['max'] / 1e6:.0f}) | {m['median'] / 1e6:.0f} | "
-              f"{t['median'] / out['largest_trace_bytes']:.2f}x |")
+              f"({t['min'] / 1e6:.0f}-{t['max'] / 1e6:.0f}) | {p['median'] / 1e6:.0f} | {m['median'] / 1e6:.0f} | "
+              f"{t['median'] / out['largest_trace_bytes']:.2f}x, {p['median'] / out['largest_trace_bytes']:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--align-clocks", choices=CLOCK_POLICIES, default="auto",
                         help="shift rank clocks to match collective ends: auto = ranks on another host than "
                              "the lowest rank (default), always, never")
+    parser.add_argument("--parse-workers", type=int, metavar="N", default=None,
+                        help="parse at most N traces at once (default: one per CPU, as many as the free memory "
+                             "allows); 1 keeps the peak memory to one trace's parse")
     parser.add_argument("--source", choices=SOURCES, default="auto",
                         help="read the rank summaries (*.summary.json.gz, written by dstrace record) or the "
                              f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
@@ -34,19 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from dstrace.analysis import summaries
     from dstrace.analysis.loading import load_run
-    from dstrace.analysis.pipeline import analyze, analyze_summaries
+    from dstrace.analysis.pipeline import analyze
     from dstrace.analysis.render import render
 
     if summaries.choose_source(args.trace_dir, getattr(args, "source", "auto")) == "summaries":
         run = summaries.load_summaries(args.trace_dir)
-        print(f"dstrace: analyzing {len(run.summaries)} rank summaries: collectives, cross-rank alignment",
+        print(f"dstrace: analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment",
               file=sys.stderr, flush=True)
-        analysis = analyze_summaries(run, clock_policy=getattr(args, "align_clocks", "auto"))
     else:
-        run = load_run(args.trace_dir)
+        workers = getattr(args, "parse_workers", None)
+        if workers is not None and workers < 1:
+            raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
+        run = load_run(args.trace_dir, workers=workers)
         print(f"dstrace: analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment",
               file=sys.stderr, flush=True)
-        analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
+    analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
     for warning in analysis.warnings:
         print(f"dstrace: warning: {warning}", file=sys.stderr)
     report = render(analysis, args.format)

@@ -229,12 +229,9 @@ class ClockAlignment:
 
 
 def run_frames(run) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, str | None]]:
-    """Collectives, step ranges and hosts of a run read from its traces (`LoadedRun`) or its rank summaries
-    (`summaries.SummaryRun`): the same frames either way."""
-    from dstrace.analysis import collectives, steps, summaries
+    """Collectives, step ranges and hosts of a loaded run (from its traces or its rank summaries)."""
+    from dstrace.analysis import collectives, steps
 
-    if isinstance(run, summaries.SummaryRun):
-        return summaries.collective_frame(run), summaries.step_frame(run), run.hosts
     step_df, _ = steps.step_ranges(run)
     return collectives.collective_events(run), step_df, {r: t.host for r, t in run.traces.items()}
 

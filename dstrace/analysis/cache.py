@@ -1,13 +1,16 @@
 """The parsed form of a trace, kept beside it so that analyzing the folder again skips the parse.
 
-`.<trace file name>.dstrace-cache.npz` holds the rank's events frame column by column (numbers as
-they are, strings and other values as int32 codes into a table of distinct values), the trace's
-metadata and the HTA breakdowns computed from it. It is an uncompressed NumPy archive read with
-`allow_pickle=False`: a cache file that came with someone else's folder can hold data, never code.
+`.<trace file name>.dstrace-cache.npz` holds the rank's reduction (`reduction.RankReduction`: what the
+analysis reads, HTA's breakdowns included) and its events frame (what the timeline reads), frames
+column by column (numbers as they are, strings and other values as int32 codes into a table of distinct
+values), and the trace's metadata. The analysis reads the reduction's members only. It is an
+uncompressed NumPy archive read with `allow_pickle=False`: a cache file that came with someone else's
+folder can hold data, never code.
 
 A cache is used only when it matches the trace: same size, same modification time, same hash of the
 first and last MiB (a rewrite in place that keeps size and mtime still changes those bytes for any
-real trace), and the same cache format, dstrace and HTA versions. Anything else (a missing, stale,
+real trace), the same cache format, dstrace and HTA versions, and the same world size from the folder's
+manifests (CPU collectives' byte counts may depend on it). Anything else (a missing, stale,
 damaged or foreign file) reads as no cache, and the trace is parsed again. Files are written under a
 temporary name and renamed, so a reader never sees half a cache; the name matches none of the trace
 patterns (`*.pt.trace.json[.gz]`, `*.json[.gz]`).
@@ -17,16 +20,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from importlib import metadata
 
 import numpy as np
 import orjson
 import pandas as pd
 
-FORMAT = 1
+from dstrace.analysis.reduction import RankReduction
+
+FORMAT = 2
 """Bump when the parse, the events frame or the cached HTA results change meaning."""
 SUFFIX = ".dstrace-cache.npz"
 EDGE_BYTES = 1 << 20
+
+
+@dataclass
+class Cached:
+    meta: dict  # the trace's top-level metadata (everything but its events)
+    reduced: RankReduction
+    events: pd.DataFrame | None = None
 
 
 def cache_path(trace_path: str) -> str:
@@ -86,17 +99,42 @@ def _decode(kind: str, arrays: dict[str, np.ndarray], dtype: str) -> pd.Series:
     return pd.Series(lookup[codes], dtype=object)
 
 
-def write(target: str, print_: dict, events: pd.DataFrame, trace_meta: dict, hta: dict | None) -> None:
-    """Write a cache to `target`, atomically; `print_` is the trace's `fingerprint` taken before it was
-    parsed, so a trace that changed meanwhile leaves a stale cache. Raises OSError when the folder refuses."""
-    arrays: dict[str, np.ndarray] = {}
+FRAMES = ("collectives", "steps", "gathers")
+"""The reduction's frames, stored beside the events' columns; its dicts go in the head."""
+
+
+def _put_frame(arrays: dict[str, np.ndarray], prefix: str, df: pd.DataFrame) -> dict:
     columns = []
-    for i, col in enumerate(events.columns):
-        kind, parts = _encode(events[col])
-        columns.append([col, kind, str(events[col].dtype)])
-        arrays.update({f"{i}.{k}": v for k, v in parts.items()})
-    head = {"fingerprint": print_, "rows": len(events), "columns": columns,
-            "trace_meta": trace_meta, "hta": hta}
+    for i, col in enumerate(df.columns):
+        kind, parts = _encode(df[col])
+        columns.append([col, kind, str(df[col].dtype)])
+        arrays.update({f"{prefix}{i}.{k}": v for k, v in parts.items()})
+    return {"rows": len(df), "columns": columns}
+
+
+def _get_frame(z, prefix: str, spec: dict) -> pd.DataFrame | None:
+    """The frame stored under `prefix`, or None when a column is missing or of the wrong length."""
+    data = {}
+    for i, (col, kind, dtype) in enumerate(spec["columns"]):
+        head = f"{prefix}{i}."
+        arrays = {k[len(head):]: z[k] for k in z.files if k.startswith(head)}
+        series = _decode(kind, arrays, dtype)
+        if len(series) != spec["rows"]:
+            return None
+        data[col] = series
+    return pd.DataFrame(data, columns=[c for c, _, _ in spec["columns"]])
+
+
+def write(target: str, print_: dict, events: pd.DataFrame, trace_meta: dict, reduced: RankReduction,
+          world_hint: int) -> None:
+    """Write a cache to `target`, atomically; `print_` is the trace's `fingerprint` taken before it was
+    parsed, so a trace that changed meanwhile leaves a stale cache; `world_hint` the world size the
+    folder's manifests gave the reduction. Raises OSError when the folder refuses."""
+    arrays: dict[str, np.ndarray] = {}
+    frames = {name: _put_frame(arrays, f"r.{name}.", getattr(reduced, name)) for name in FRAMES}
+    head = {"fingerprint": print_, "world_hint": world_hint, "events": _put_frame(arrays, "e.", events),
+            "trace_meta": trace_meta, "frames": frames,
+            "reduced": {k: v for k, v in vars(reduced).items() if k not in FRAMES}}
     arrays["head"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
     tmp = f"{target}.{os.getpid()}.tmp"
     try:
@@ -108,24 +146,20 @@ def write(target: str, print_: dict, events: pd.DataFrame, trace_meta: dict, hta
             os.unlink(tmp)
 
 
-def read(trace_path: str, source: str | None = None) -> tuple[pd.DataFrame, dict, dict | None] | None:
-    """(events, trace metadata, HTA results) from the cache of `trace_path`, or None when there is no
-    usable cache for the trace as it is now. Never raises for a bad cache file."""
+def read(trace_path: str, world_hint: int, source: str | None = None, events: bool = False) -> Cached | None:
+    """The cached parse of `trace_path` (its events only when asked for), or None when there is no usable
+    cache for the trace as it is now and this world size hint. Never raises for a bad cache file."""
     source = source or cache_path(trace_path)
     try:
         with np.load(source, allow_pickle=False) as z:
             head = json.loads(z["head"].tobytes())
-            if head["fingerprint"] != fingerprint(trace_path):
+            if head["fingerprint"] != fingerprint(trace_path) or head["world_hint"] != world_hint:
                 return None
-            data = {}
-            for i, (col, kind, dtype) in enumerate(head["columns"]):
-                arrays = {k.split(".", 1)[1]: z[k] for k in z.files if k.split(".", 1)[0] == str(i)}
-                series = _decode(kind, arrays, dtype)
-                if len(series) != head["rows"]:
-                    return None
-                data[col] = series
-            events = pd.DataFrame(data)
-            return events, head["trace_meta"], head["hta"]
+            frames = {name: _get_frame(z, f"r.{name}.", head["frames"][name]) for name in FRAMES}
+            frame_events = _get_frame(z, "e.", head["events"]) if events else None
+            if any(f is None for f in frames.values()) or (events and frame_events is None):
+                return None
+            return Cached(events=frame_events, meta=head["trace_meta"],
+                          reduced=RankReduction(**frames, **head["reduced"]))
     except Exception:  # a damaged or foreign cache is no cache: the trace is parsed again
         return None
-

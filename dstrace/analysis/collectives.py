@@ -93,22 +93,27 @@ def cpu_collectives(events: pd.DataFrame, world_size: int) -> pd.DataFrame:
     return chosen
 
 
+RANK_COLUMNS = ["kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "group_size", "pg_name",
+                "pg_ranks", "source"]
+COLUMNS = ["rank", "kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "bytes",
+           "group_size", "group", "group_ranks", "source"]
+
+
+def rank_collectives(events: pd.DataFrame, has_gpu: bool, world_size: int) -> pd.DataFrame:
+    """One rank's collectives with what `collective_events` needs: NCCL kernels on a rank with GPU kernels,
+    the CPU ops otherwise (a run with any GPU rank reads the kernels only)."""
+    df = gpu_collectives(events) if has_gpu else cpu_collectives(events, world_size)
+    if df.empty:
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    return df[RANK_COLUMNS].reset_index(drop=True)
+
+
 def collective_events(run: LoadedRun) -> pd.DataFrame:
     """All ranks' collectives, one row each: rank, kind, ts, dur, end, host_ts, bytes, group, group_ranks."""
-    frames = []
-    for rank, trace in sorted(run.traces.items()):
-        if run.device == "gpu":
-            df = gpu_collectives(trace.events)
-        else:
-            df = cpu_collectives(trace.events, run.world_size)
-        if df.empty:
-            continue
-        df = df.assign(rank=rank)
-        frames.append(df)
-    columns = ["rank", "kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "bytes",
-               "group_size", "group", "group_ranks", "source"]
+    frames = [t.reduced.collectives.assign(rank=rank) for rank, t in sorted(run.traces.items())
+              if len(t.reduced.collectives) and t.has_gpu == (run.device == "gpu")]
     if not frames:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=COLUMNS)
     df = pd.concat(frames, ignore_index=True)
     df["bytes"] = [message_size(i, o) for i, o in zip(df["in_bytes"].fillna(0), df["out_bytes"].fillna(0))]
     df["bytes"] = df["bytes"].fillna(0).astype("int64")
@@ -118,7 +123,7 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     df["group"] = [str(g) if isinstance(g, str) and g else "world" for g in df["pg_name"]]
     df["group_size"] = pd.to_numeric(df["group_size"], errors="coerce")
     df["group_size"] = df["group_size"].fillna(df["group_ranks"].map(len)).astype("int64")
-    return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)[columns]
+    return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)[COLUMNS]
 
 
 def collective_stats(coll: pd.DataFrame) -> dict[int, dict[str, CollectiveStats]]:

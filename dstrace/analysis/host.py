@@ -12,7 +12,6 @@ import re
 import pandas as pd
 
 from dstrace.analysis import intervals
-from dstrace.analysis.model import RankTrace
 
 TOP_HOST_ITEMS = 6
 """How many ranges / CPU ops to name: enough to see the pattern, few enough to paste into an issue."""
@@ -25,15 +24,14 @@ def range_label(name: str) -> str:
     return re.sub(r"\s*bytes=\d+", "", label)
 
 
-def gpu_idle(trace: RankTrace) -> pd.DataFrame:
-    k = trace.events[trace.events["is_gpu"]]
+def gpu_idle(events: pd.DataFrame) -> pd.DataFrame:
+    k = events[events["is_gpu"]]
     return intervals.gaps(intervals.merge(k["ts"], k["end"]))
 
 
-def host_during_idle(trace: RankTrace) -> dict:
+def host_during_idle(ev: pd.DataFrame) -> dict:
     """GPU idle time per host range kind and per outermost CPU op overlapping it, largest first."""
-    idle = gpu_idle(trace)
-    ev = trace.events
+    idle = gpu_idle(ev)
     out = {"gpu_idle_us": intervals.total(idle), "in_dstrace_ranges": {}, "top_cpu_ops": {}}
     if idle.empty:
         return out

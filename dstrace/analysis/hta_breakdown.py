@@ -5,12 +5,13 @@ overlap and idle-time causes (host wait, kernel-launch gaps, other). Its critica
 frequent-sequence analyses fail on pandas 3 and are not used.
 
 HTA's parser would read every trace a second time, and slowly (row-wise `apply`s over millions of
-events). Instead HTA's frame is built here from the columns `tracefile` already parsed, the same frame
-HTA's `parse_trace_file` makes (rows with a duration and a category but the profiler's own `Trace`
-span, symbol-coded names, its timestamp rounding, `index_correlation`, `iteration`), handed to a
-one-rank `hta.common.trace.Trace`, and HTA's own analyzers run on it. Every HTA breakdown dstrace uses
-is per rank, so one rank at a time gives what a whole-run `Trace` gives, in the process that parsed
-the rank and with only that rank in memory. HTA logs plenty: silenced. Each analysis that fails
+events). Instead HTA's frame is built here from the columns `tracefile` already parsed, the frame
+HTA's `parse_trace_file` makes (symbol-coded names, its timestamp rounding, `index_correlation`,
+`iteration`), restricted to the rows the breakdowns below read: GPU work, the launches that link it to
+the host, and the ProfilerStep ranges (the CPU ops, most of a trace, would only cost memory). It is
+handed to a one-rank `hta.common.trace.Trace`, and HTA's own analyzers run on it. Every HTA breakdown
+dstrace uses is per rank, so one rank at a time gives what a whole-run `Trace` gives, in the process
+that parsed the rank and with only that rank in memory. HTA logs plenty: silenced. Each analysis that fails
 becomes a problem line, never the end of the report.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pandas as pd
 
 from dstrace.analysis.model import LoadedRun
 from dstrace.analysis.tracefile import Columns
+from dstrace.trace_names import GPU_CATEGORIES, LAUNCH_CATEGORIES
 
 IDLE_CONSECUTIVE_KERNEL_DELAY_NS = 30
 """HTA's default: gaps under 30 ns between kernels are launch overhead ("kernel wait"), not host wait."""
@@ -35,8 +37,6 @@ HTA_ARGS = (("stream", -1), ("correlation", -1), ("bytes", -1), ("memory_bw_gbps
             ("wait_on_cuda_event_record_corr_id", -1), ("input_dims", "-1"), ("input_type", "-1"),
             ("input_strides", "-1"), ("external_id", -1))
 PROFILER_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-ATTRS_KEY = "hta"
-"""Where a rank's HTA results travel with its events frame: `events.attrs["hta"] = {"breakdowns", "problems"}`."""
 
 
 @contextlib.contextmanager
@@ -99,9 +99,16 @@ def hta_frame(columns: Columns):
     from hta.common.trace import transform_correlation_to_index
     from hta.common.trace_symbol_table import TraceSymbolTable
 
-    cat_table = columns.tables["cat"]
-    kept_cats = np.array([c not in ("", None, "Trace") for c in cat_table] or [False], dtype=bool)
-    rows = np.flatnonzero(columns.has_dur & kept_cats[columns.codes["cat"]])
+    cat_table, name_table = columns.tables["cat"], columns.tables["name"]
+    # the breakdowns read GPU work, the launches that link it to the host and the ProfilerStep ranges
+    # (iterations, the window HTA keeps); the CPU ops, most of a trace, would only cost memory
+    kept_cats = np.array([c in GPU_CATEGORIES or c in LAUNCH_CATEGORIES for c in cat_table] or [False], dtype=bool)
+    step_names = np.array([isinstance(n, str) and n.startswith("ProfilerStep") for n in name_table] or [False],
+                          dtype=bool)
+    kept = kept_cats[columns.codes["cat"]] | (step_names[columns.codes["name"]]
+                                              & np.array([c not in ("", None, "Trace") for c in cat_table]
+                                                         or [False], dtype=bool)[columns.codes["cat"]])
+    rows = np.flatnonzero(columns.has_dur & kept)
     names = pd.Series(_values(columns, "name", rows), index=columns.position[rows])
     cats = _values(columns, "cat", rows)
     ts, dur = columns.ts[rows], columns.dur[rows]
@@ -205,9 +212,8 @@ def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:
     for rank, trace in sorted(run.traces.items()):
         if not trace.has_gpu:
             continue
-        result = trace.events.attrs.get(ATTRS_KEY)
-        if result is None:
-            problems.append(f"rank {rank}: HTA breakdowns were not computed when the trace was loaded; left out")
+        result = trace.reduced.hta
+        if result is None:  # read from a rank summary: the report says HTA needs the traces
             continue
         out[rank] = result["breakdowns"]
         problems.extend(f"rank {rank}: {p}" for p in result["problems"])

@@ -1,15 +1,16 @@
 """Find the per-rank traces of a run folder, parse them, and refuse what cannot be analyzed.
 
 This module, with `tracefile` (parsing one file) and `cache` (the parsed form kept beside it), is where
-the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its complete
-events as a DataFrame, its HTA breakdowns in `events.attrs["hta"]`), the dstrace manifests when
-present, and warnings for what it skipped. Input that cannot be analyzed at all raises `UserError`
-with one line saying what is wrong.
+the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
+reduction, `reduction.RankReduction`, and its complete events as a DataFrame when asked for), the
+dstrace manifests when present, and warnings for what it skipped. Input that cannot be analyzed at all
+raises `UserError` with one line saying what is wrong.
 
 Ranks without a usable cache are parsed in worker processes, as many at once as there are CPUs and
-memory for (`parse_workers`); each worker parses its trace once, computes HTA's breakdowns from that
-parse, and writes the cache, which the main process then reads: the first and every later analysis
-see the same frames.
+memory for (`parse_workers`); each worker parses its trace once, reduces it (HTA's breakdowns
+included) with only that rank in memory, and writes the cache, which the main process then reads: the
+first and every later analysis see the same reductions, and the main process never holds a rank's
+events unless the caller asks for them.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.errors import UserError
-from dstrace.analysis import cache, hta_breakdown, tracefile
+from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.trace_names import GPU_CATEGORIES
@@ -102,8 +103,8 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
     return df[EVENT_COLUMNS]
 
 
-def parse_rank(path: str, targets: list[str]) -> tuple[str | None, str | None]:
-    """Parse one trace, compute its HTA breakdowns from that parse, and write both as a cache to the first of
+def parse_rank(path: str, targets: list[str], world_hint: int) -> tuple[str | None, str | None]:
+    """Parse one trace, reduce it (HTA's breakdowns included) and write both as a cache to the first of
     `targets` that accepts it. Returns (what is wrong with the file, None) or (None, the cache written).
     Runs in a worker process: only a short answer goes back."""
     print_ = cache.fingerprint(path)
@@ -111,15 +112,20 @@ def parse_rank(path: str, targets: list[str]) -> tuple[str | None, str | None]:
         meta, columns = tracefile.read_trace(path)
     except ValueError as exc:
         return str(exc), None
-    events = events_frame(columns)
     hta = None
-    if events["is_gpu"].any():
+    if any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
+        # before the events frame exists: the two never peak together
         breakdowns, problems = hta_breakdown.rank_breakdowns(path, meta, columns)
         hta = {"breakdowns": breakdowns, "problems": problems}
+        tracefile.release_freed_memory()
+    events = events_frame(columns)
     del columns
+    rank, _ = _rank_of(path, meta, dstrace_metadata(meta))
+    world = max(world_hint, _world_of(meta, dstrace_metadata(meta)) or 0, (rank or 0) + 1)
+    reduced = reduction.reduce_rank(events, world, hta)
     for target in targets:
         try:
-            cache.write(target, print_, events, meta, hta)
+            cache.write(target, print_, events, meta, reduced, world_hint)
             return None, target
         except OSError:
             continue
@@ -156,13 +162,14 @@ def _pool_context():
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
-def parse_traces(files: list[str], progress: Progress, workers: int | None = None) -> dict[str, tuple | str]:
-    """path -> (events, trace metadata, HTA results) or the reason the file is unusable. Cached parses are
-    read; the others parsed, `workers` at a time (None: `parse_workers`)."""
-    out: dict[str, tuple | str] = {}
+def parse_traces(files: list[str], progress: Progress, workers: int | None = None, world_hint: int = 0,
+                 events: bool = False) -> dict[str, cache.Cached | str]:
+    """path -> its parse (`cache.Cached`, events only when asked for) or the reason the file is unusable.
+    Cached parses are read; the others parsed, `workers` at a time (None: `parse_workers`)."""
+    out: dict[str, cache.Cached | str] = {}
     todo = []
     for i, path in enumerate(files, 1):
-        hit = cache.read(path)
+        hit = cache.read(path, world_hint, events=events)
         if hit is None:
             todo.append(path)
             continue
@@ -176,16 +183,17 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
         workers = parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
         for path in todo:
             progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
+        hints = [world_hint] * len(todo)
         if workers == 1:
-            results = [parse_rank(p, t) for p, t in zip(todo, targets)]
+            results = [parse_rank(p, t, w) for p, t, w in zip(todo, targets, hints)]
         else:
             with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
-                results = list(pool.map(parse_rank, todo, targets))
+                results = list(pool.map(parse_rank, todo, targets, hints))
         for path, (problem, written) in zip(todo, results):
             if problem is not None:
                 out[path] = problem
                 continue
-            hit = cache.read(path, written)
+            hit = cache.read(path, world_hint, written, events=events)
             out[path] = hit if hit is not None else "changed while it was being parsed; analyze again"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -283,9 +291,11 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
                      manifests=manifests, run_record=run, warnings=warnings)
 
 
-def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int | None = None) -> LoadedRun:
+def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int | None = None,
+             events: bool = False) -> LoadedRun:
     """Read and validate a run folder. Raises UserError when nothing in it can be analyzed. `workers`: how
-    many traces to parse at once (None: as many as CPUs and memory allow)."""
+    many traces to parse at once (None: as many as CPUs and memory allow); `events`: keep every rank's
+    events (the timeline needs them; the analysis reads the ranks' reductions only)."""
     trace_dir = os.path.abspath(trace_dir)
     files = find_trace_files(trace_dir)
     warnings: list[str] = []
@@ -299,23 +309,21 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
             raise UserError(f"no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {trace_dir}")
         return _manifests_only(trace_dir, manifests, run, warnings)
 
-    parsed: list[tuple[str, dict, dict | None, pd.DataFrame]] = []
-    for path, result in parse_traces(files, progress, workers).items():
+    world_hint = max([m.world_size for m in manifests.values()] + [run.world_size or 0 if run else 0])
+    parsed: list[tuple[str, dict, dict | None, cache.Cached]] = []
+    for path, result in parse_traces(files, progress, workers, world_hint, events).items():
         if isinstance(result, str):
             skipped.append({"path": path, "reason": result})
             warnings.append(f"skipped {os.path.basename(path)}: {result}")
             continue
-        events, data, hta = result
-        if hta is not None:
-            events.attrs[hta_breakdown.ATTRS_KEY] = hta
-        parsed.append((path, data, dstrace_metadata(data), events))
+        parsed.append((path, result.meta, dstrace_metadata(result.meta), result))
     if not parsed:
         reasons = "; ".join(f"{os.path.basename(s['path'])}: {s['reason']}" for s in skipped)
         raise UserError(f"no usable trace in {trace_dir} ({reasons})")
 
     claims: dict[int, list[str]] = defaultdict(list)
     traces: dict[int, RankTrace] = {}
-    for path, data, meta, events in parsed:
+    for path, data, meta, cached in parsed:
         rank, _ = _rank_of(path, data, meta)
         if rank is None and len(parsed) == 1:
             rank = 0
@@ -327,7 +335,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
             warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {meta['rank']}; using {rank}")
         claims[rank].append(path)
         traces[rank] = RankTrace(
-            rank=rank, path=path, events=events, world_size=_world_of(data, meta),
+            rank=rank, path=path, reduced=cached.reduced, events=cached.events, world_size=_world_of(data, meta),
             host=_host_of(path, data), run_id=(meta or {}).get("run_id"),
             distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
             dstrace=meta,

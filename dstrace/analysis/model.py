@@ -6,19 +6,24 @@ the analyses conclude from them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from dstrace.recording.manifest import Manifest, RunRecord
 
+if TYPE_CHECKING:
+    from dstrace.analysis.reduction import RankReduction
+
 
 @dataclass
 class RankTrace:
-    """One rank's parsed trace: its events as a DataFrame plus what its metadata says."""
+    """One rank's parsed trace: its reduction (what the analysis reads), its events when asked for (the
+    timeline), and what its metadata says."""
     rank: int
     path: str
-    events: pd.DataFrame
+    reduced: RankReduction
+    events: pd.DataFrame | None = None  # loaded only by `load_run(..., events=True)`
     world_size: int | None = None
     host: str | None = None
     run_id: str | None = None
@@ -27,12 +32,13 @@ class RankTrace:
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.events["is_gpu"].any()) if len(self.events) else False
+        return self.reduced.has_gpu
 
 
 @dataclass
 class LoadedRun:
-    """Everything read from a run folder, validated: one trace per rank, manifests when present."""
+    """Everything read from a run folder, validated: one reduced trace (or rank summary) per rank, manifests
+    when present."""
     trace_dir: str
     traces: dict[int, RankTrace]
     world_size: int
@@ -41,6 +47,7 @@ class LoadedRun:
     run_record: RunRecord | None = None
     warnings: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
+    source: str = "traces"  # or "summaries": the reductions came from the ranks' in-job summaries
 
     @property
     def ranks(self) -> list[int]:

@@ -6,37 +6,25 @@ wait for the GPU at the end of each step (token sampling) is counted; the last s
 """
 from __future__ import annotations
 
-import re
 import statistics
 
-import numpy as np
 import pandas as pd
 
 from dstrace.analysis.model import LoadedRun, StepSummary
-from dstrace.trace_names import ALLGATHER_RANGE, DSTRACE_STEP
+from dstrace.analysis.reduction import STEP_SOURCES
 
-PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_FRAME = ["rank", "step", "ts", "end", "ms"]
 
 
 def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:
     """rank, step, ts, end, ms per step; from dstrace ranges when any rank has them, else ProfilerStep."""
-    for pattern, source in ((DSTRACE_STEP, "dstrace/step ranges"), (PROFILER_STEP, "ProfilerStep ranges")):
-        frames = []
-        for rank, trace in run.traces.items():
-            ev = trace.events
-            ev = ev[ev["cat"].isin(("user_annotation", "cpu_op")) & ev["name"].str.match(pattern)]
-            if ev.empty:
-                continue
-            df = ev[["ts", "end", "dur"]].copy()
-            df["step"] = ev["name"].str.extract(pattern)[0].astype(int).to_numpy()
-            df = df.sort_values("ts").drop_duplicates("step")
-            df["rank"] = rank
-            next_start = df["ts"].shift(-1)
-            df["ms"] = np.where(next_start.notna(), next_start - df["ts"], df["dur"]) / 1e3
-            frames.append(df)
+    for source, _ in STEP_SOURCES:
+        frames = [t.reduced.steps[t.reduced.steps["source"] == source].assign(rank=rank)
+                  for rank, t in sorted(run.traces.items())]
+        frames = [f for f in frames if len(f)]
         if frames:
-            return pd.concat(frames, ignore_index=True)[["rank", "step", "ts", "end", "ms"]], source
-    return pd.DataFrame(columns=["rank", "step", "ts", "end", "ms"]), None
+            return pd.concat(frames, ignore_index=True)[STEP_FRAME], source
+    return pd.DataFrame(columns=STEP_FRAME), None
 
 
 def decode_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -47,13 +35,8 @@ def decode_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -> tuple[pd.Series, str | None]:
     """Bytes gathered per (rank, step): dstrace zero3.allgather ranges, else AllGather collectives' bytes."""
-    rows = []
-    for rank, trace in run.traces.items():
-        ev = trace.events
-        # host ranges only: Kineto repeats a range that encloses kernels as a gpu_user_annotation
-        ev = ev[(ev["cat"] == "user_annotation") & ev["name"].str.match(ALLGATHER_RANGE)]
-        for ts, name in zip(ev["ts"], ev["name"]):
-            rows.append((rank, ts, int(ALLGATHER_RANGE.match(name).group(1))))
+    rows = [(rank, ts, int(n)) for rank, t in sorted(run.traces.items())
+            for ts, n in zip(t.reduced.gathers["ts"], t.reduced.gathers["bytes"])]
     source = "dstrace/zero3.allgather ranges"
     if not rows and not coll.empty:
         ag = coll[coll["kind"] == "AllGather"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pandas as pd
 
 from dstrace.analysis import intervals
-from dstrace.analysis.model import RankTrace
 from dstrace.trace_names import CPU_NON_COMPUTE
 
 BUSY_KINDS = ("compute", "communication", "memory")
@@ -33,17 +32,20 @@ def cpu_work(events: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([compute, comm], ignore_index=True)
 
 
-def utilization(trace: RankTrace, coll: pd.DataFrame, device: str,
+def idle_rank() -> dict:
+    """The utilization of a rank with nothing to count (a rank without GPU kernels in a GPU run)."""
+    return {"span_us": 0.0, "idle_us": 0.0, "busy_us": {k: 0.0 for k in BUSY_KINDS}, "exposed_comm_us": 0.0}
+
+
+def utilization(events: pd.DataFrame, coll: pd.DataFrame, device: str,
                 window: tuple[float, float] | None = None) -> dict:
-    """span_us, idle_us, busy_us by kind, exposed_comm_us, and per-GPU busy/idle when several GPUs."""
-    if device == "gpu":
-        work = gpu_kernels(trace.events)
-    else:
-        work = cpu_work(trace.events, coll)
+    """One rank's span_us, idle_us, busy_us by kind, exposed_comm_us, and per-GPU busy/idle when several
+    GPUs. `coll`: the rank's collectives (CPU runs count them as communication)."""
+    work = gpu_kernels(events) if device == "gpu" else cpu_work(events, coll)
     if window is None and len(work):
         window = (float(work["ts"].min()), float(work["end"].max()))
     if window is None or work.empty:
-        return {"span_us": 0.0, "idle_us": 0.0, "busy_us": {k: 0.0 for k in BUSY_KINDS}, "exposed_comm_us": 0.0}
+        return idle_rank()
     lo, hi = window
     work = work.assign(ts=work["ts"].clip(lo, hi), end=work["end"].clip(lo, hi))
     unions = {k: intervals.merge(work.loc[work["kind"] == k, "ts"], work.loc[work["kind"] == k, "end"])

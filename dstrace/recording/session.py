@@ -101,14 +101,14 @@ class RankSession:
                 "window": to_json(self.window.options)}
 
     def export_window(self) -> None:
-        name = None
+        def summarize(raw: str, name: str) -> None:
+            with self.guard("trace summary"):  # a failed summary never costs the trace
+                m = self.manifest
+                summary.write_summary(self.run_dir, name, m.rank, m.world_size, m.host, m.run_id, source=raw)
+
         with self.guard("trace export"):
             self._refresh_identity()
-            name = self.window.export(self.run_dir, self.worker)
-        if name:
-            with self.guard("trace summary"):
-                m = self.manifest
-                summary.write_summary(self.run_dir, name, m.rank, m.world_size, m.host, m.run_id)
+            self.window.export(self.run_dir, self.worker, summarize)
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         """Write everything recorded so far; called once, at exit, on an exception or a signal."""

@@ -262,9 +262,10 @@ def read_trace(path: str) -> dict:
 
 
 def write_summary(run_dir: str, trace_file: str, rank: int, world_size: int, host: str | None,
-                  run_id: str | None) -> str:
-    """Reduce the trace just exported and write `rank<N>.summary.json.gz` under a temporary name, then rename."""
-    trace = read_trace(os.path.join(run_dir, trace_file))
+                  run_id: str | None, source: str | None = None) -> str:
+    """Reduce the trace just exported and write `rank<N>.summary.json.gz` under a temporary name, then rename.
+    `source`: the trace's uncompressed JSON when it is still at hand (no unzipping), else the trace file."""
+    trace = read_trace(source or os.path.join(run_dir, trace_file))
     payload = json.dumps(summarize(trace, rank, world_size, host, trace_file, run_id), separators=(",", ":"))
     del trace
     final = summary_path(run_dir, rank)

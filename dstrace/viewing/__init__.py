@@ -66,7 +66,7 @@ def write_merged_trace(run_dir: str, output: str | None = None, steps: str | Non
     from dstrace.viewing.timeline import build_timeline, parse_step_window
 
     window = parse_step_window(steps)
-    run = load_run(run_dir)
+    run = load_run(run_dir, events=True)
     if not run.traces:
         raise UserError(f"no traces in {run_dir}: the ranks ended before their profiling window")
     timeline = build_timeline(run, window=window, cpu_ops=cpu_ops, clock_policy=clock_policy)

@@ -104,19 +104,47 @@ def test_hta_frame_gives_what_htas_own_parse_gives():
     assert ours["idle_causes_us"] == {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
 
 
+def assert_same_ranks(a, b, events=True):
+    """The same reductions (frames and dicts) and, when loaded, the same events in both runs."""
+    assert a.ranks == b.ranks
+    for r in a.traces:
+        ra, rb = vars(a.traces[r].reduced), vars(b.traces[r].reduced)
+        for key in cache.FRAMES:
+            pd.testing.assert_frame_equal(ra[key], rb[key])
+        assert {k: v for k, v in ra.items() if k not in cache.FRAMES} == \
+            {k: v for k, v in rb.items() if k not in cache.FRAMES}
+        if events:
+            pd.testing.assert_frame_equal(a.traces[r].events, b.traces[r].events)
+
+
 def test_second_load_reads_the_cache_and_gives_the_same_analysis(tmp_path):
     zero3_folder(tmp_path)
     messages = []
-    first = load_run(str(tmp_path), progress=messages.append)
+    first = load_run(str(tmp_path), progress=messages.append, events=True)
     assert len(caches(tmp_path)) == 2
     assert loading.find_trace_files(str(tmp_path)) == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
     again = []
-    second = load_run(str(tmp_path), progress=again.append)
+    second = load_run(str(tmp_path), progress=again.append, events=True)
     assert not any("from its cache" in m for m in messages) and all("from its cache" in m for m in again)
-    for r in first.traces:
-        pd.testing.assert_frame_equal(first.traces[r].events, second.traces[r].events)
-        assert first.traces[r].events.attrs == second.traces[r].events.attrs
+    assert_same_ranks(first, second)
     assert render(analyze(first), "json") == render(analyze(second), "json")
+
+
+def test_the_analysis_holds_reductions_not_events(tmp_path):
+    zero3_folder(tmp_path)
+    with_events = load_run(str(tmp_path), progress=quiet, events=True)
+    run = load_run(str(tmp_path), progress=quiet)
+    assert all(t.events is None for t in run.traces.values())
+    assert all(len(t.reduced.collectives) < len(with_events.traces[r].events) for r, t in run.traces.items())
+    assert_same_ranks(run, with_events, events=False)
+    assert render(analyze(run), "json") == render(analyze(with_events), "json")
+
+
+def test_a_cache_made_under_another_world_size_is_parsed_again(tmp_path):
+    zero3_folder(tmp_path)
+    path = sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))[0]
+    load_run(str(tmp_path), progress=quiet)
+    assert cache.read(path, 0) is not None and cache.read(path, 4) is None
 
 
 def test_a_changed_trace_is_parsed_again(tmp_path):
@@ -127,7 +155,7 @@ def test_a_changed_trace_is_parsed_again(tmp_path):
     path = first.traces[0].path
     b.write(str(tmp_path), os.path.basename(path))
     messages = []
-    second = load_run(str(tmp_path), progress=messages.append)
+    second = load_run(str(tmp_path), progress=messages.append, events=True)
     assert any(m.endswith(os.path.basename(path)) for m in messages)
     assert len(second.traces[0].events) == len(reference_events_frame(b.to_dict()["traceEvents"]))
 
@@ -146,7 +174,7 @@ def test_same_size_and_content_but_new_mtime_is_parsed_again(tmp_path):
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "other trace"])
 def test_a_damaged_cache_is_ignored(tmp_path, damage):
     zero3_folder(tmp_path)
-    first = load_run(str(tmp_path), progress=quiet)
+    first = load_run(str(tmp_path), progress=quiet, events=True)
     target = caches(tmp_path)[0]
     data = open(target, "rb").read()
     other = caches(tmp_path)[1]
@@ -155,11 +183,10 @@ def test_a_damaged_cache_is_ignored(tmp_path, damage):
     with open(target, "wb") as f:
         f.write(payload)
     messages = []
-    second = load_run(str(tmp_path), progress=messages.append)
+    second = load_run(str(tmp_path), progress=messages.append, events=True)
     assert sum("parsing trace" in m and "from its cache" not in m for m in messages) == 1
-    for r in first.traces:
-        pd.testing.assert_frame_equal(first.traces[r].events, second.traces[r].events)
-    assert cache.read(first.traces[0].path) is not None or cache.read(first.traces[1].path) is not None
+    assert_same_ranks(first, second)
+    assert cache.read(first.traces[0].path, 0) is not None or cache.read(first.traces[1].path, 0) is not None
 
 
 def test_a_folder_that_refuses_the_cache_is_still_analyzed(tmp_path):
@@ -173,14 +200,12 @@ def test_a_folder_that_refuses_the_cache_is_still_analyzed(tmp_path):
 def test_parallel_parse_gives_what_serial_parse_gives(tmp_path):
     os.makedirs(tmp_path / "a")
     zero3_folder(tmp_path / "a", world_size=4)
-    serial = load_run(str(tmp_path / "a"), progress=quiet, workers=1)
+    serial = load_run(str(tmp_path / "a"), progress=quiet, workers=1, events=True)
     for path in caches(tmp_path / "a"):
         os.unlink(path)
-    parallel = load_run(str(tmp_path / "a"), progress=quiet, workers=2)
+    parallel = load_run(str(tmp_path / "a"), progress=quiet, workers=2, events=True)
     assert serial.ranks == parallel.ranks == [0, 1, 2, 3]
-    for r in serial.traces:
-        pd.testing.assert_frame_equal(serial.traces[r].events, parallel.traces[r].events)
-        assert serial.traces[r].events.attrs == parallel.traces[r].events.attrs
+    assert_same_ranks(serial, parallel)
     assert render(analyze(serial), "json") == render(analyze(parallel), "json")
 
 

@@ -1,4 +1,5 @@
 """The whole pipeline on real traces: a 2-rank gloo job under torch.profiler (CPU only)."""
+import glob
 import json
 import os
 import subprocess
@@ -35,3 +36,20 @@ def test_cli_json_on_real_traces(gloo_run_dir):
     assert doc["device"] == "cpu" and sorted(doc["ranks"]) == ["0", "1"]
     assert "peer-wait" in {f["id"] for f in doc["findings"]}
     assert "Traceback" not in proc.stderr
+
+
+def test_one_parse_worker_gives_the_same_report(gloo_run_dir):
+    """--parse-workers 1 (the least memory) changes how the traces are parsed, never what is reported."""
+    def report(folder, *extra):
+        for cache in glob.glob(os.path.join(folder, ".*.dstrace-cache.npz")):
+            os.unlink(cache)
+        proc = subprocess.run([tool("dstrace"), "analyze", str(folder), "--format", "json", *extra],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert report(gloo_run_dir, "--parse-workers", "1") == report(gloo_run_dir, "--parse-workers", "2")
+    bad = subprocess.run([tool("dstrace"), "analyze", str(gloo_run_dir), "--parse-workers", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "--parse-workers" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

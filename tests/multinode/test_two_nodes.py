@@ -111,12 +111,12 @@ def test_summaries_give_the_frames_the_traces_give(two_nodes):
     _, merged = two_nodes
     traced = loading.load_run(str(merged), progress=lambda m: None)
     from_traces = collectives.collective_events(traced)
-    from_summaries = summaries.collective_frame(summaries.load_summaries(str(merged)))
+    from_summaries = collectives.collective_events(summaries.load_summaries(str(merged)))
     assert len(from_traces) == len(from_summaries) >= 2 * WINDOW_STEPS * 2 * 5
     cols = ["rank", "kind", "ts", "dur", "host_ts", "bytes", "group", "group_size", "group_ranks"]
     assert from_traces[cols].reset_index(drop=True).equals(from_summaries[cols].reset_index(drop=True))
     a = pipeline.analyze(traced)
-    b = pipeline.analyze_summaries(summaries.load_summaries(str(merged)))
+    b = pipeline.analyze(summaries.load_summaries(str(merged)))
     for r in (0, 1):
         ta, tb = a.ranks[r], b.ranks[r]
         assert (tb.span_us, tb.idle_us, tb.exposed_comm_us) == pytest.approx((ta.span_us, ta.idle_us, ta.exposed_comm_us))

@@ -1,0 +1,83 @@
+"""One rank's trace reduced to what the run's analysis reads from it.
+
+Everything here depends on one rank's events only: its collectives before cross-rank matching, its
+step ranges, its ZeRO-3 gather ranges, where its GPU (or CPU) time went, what its host did while its
+GPU sat idle, and HTA's breakdowns. It is computed where the rank is parsed (a worker process, with
+only that rank's events in memory) and cached beside the trace, so the analysis of a run holds a few
+small frames per rank instead of millions of events, and a second analysis never reads the events.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from dstrace.analysis import collectives, host, utilization
+from dstrace.trace_names import ALLGATHER_RANGE, DSTRACE_STEP
+
+PROFILER_STEP_NAME = r"^ProfilerStep#(\d+)$"
+STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP_NAME))
+"""Where step ranges come from, most informative first: the run uses the first source any rank has."""
+STEP_COLUMNS = ["source", "step", "ts", "end", "ms"]
+GATHER_COLUMNS = ["ts", "bytes"]
+
+
+@dataclass
+class RankReduction:
+    has_gpu: bool
+    collectives: pd.DataFrame  # `collectives.rank_collectives`: NCCL kernels on a GPU rank, CPU ops otherwise
+    steps: pd.DataFrame  # STEP_COLUMNS, one row per step of each source the rank has
+    gathers: pd.DataFrame  # GATHER_COLUMNS: the rank's dstrace/zero3.allgather host ranges
+    utilization: dict  # `utilization.utilization` over the rank's GPU kernels, or its CPU work when it has none
+    host_time: dict = field(default_factory=dict)  # `host.host_during_idle`, GPU ranks only
+    hta: dict | None = None  # {"breakdowns", "problems"} from `hta_breakdown.rank_breakdowns`, GPU ranks only
+    world_size: int = 1  # the world size CPU collectives' byte counts were computed with
+
+
+def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
+    """Each source's steps: a step's time runs to the next step's start, the last one's to its own end."""
+    frames = []
+    candidates = events[events["cat"].isin(("user_annotation", "cpu_op"))]
+    for source, pattern in STEP_SOURCES:
+        ev = candidates[candidates["name"].str.match(pattern)]
+        if ev.empty:
+            continue
+        df = ev[["ts", "end", "dur"]].copy()
+        df["step"] = ev["name"].str.extract(pattern)[0].astype(int).to_numpy()
+        df = df.sort_values("ts").drop_duplicates("step")
+        next_start = df["ts"].shift(-1)
+        df["ms"] = np.where(next_start.notna(), next_start - df["ts"], df["dur"]) / 1e3
+        frames.append(df.assign(source=source)[STEP_COLUMNS])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=STEP_COLUMNS)
+
+
+def gather_ranges(events: pd.DataFrame) -> pd.DataFrame:
+    """ts and bytes of each ZeRO-3 all-gather range (host ranges only: Kineto repeats a range that encloses
+    kernels as a gpu_user_annotation)."""
+    ev = events[(events["cat"] == "user_annotation") & events["name"].str.match(ALLGATHER_RANGE)]
+    sizes = ev["name"].str.extract(ALLGATHER_RANGE)[0].astype("int64")
+    return pd.DataFrame({"ts": ev["ts"].to_numpy(), "bytes": sizes.to_numpy()}, columns=GATHER_COLUMNS)
+
+
+def _own_window(steps: pd.DataFrame) -> tuple[float, float] | None:
+    """The span of the rank's steps from the first source it has: the CPU busy-time window."""
+    if steps.empty:
+        return None
+    first = steps[steps["source"] == steps["source"].iloc[0]]
+    return float(first["ts"].min()), float(first["end"].max())
+
+
+def reduce_rank(events: pd.DataFrame, world_size: int, hta: dict | None = None) -> RankReduction:
+    has_gpu = bool(events["is_gpu"].any()) if len(events) else False
+    coll = collectives.rank_collectives(events, has_gpu, world_size)
+    steps = step_ranges(events)
+    if has_gpu:
+        util = utilization.utilization(events, coll, "gpu")
+        host_time = host.host_during_idle(events)
+    else:
+        util = utilization.utilization(events, coll, "cpu", _own_window(steps))
+        host_time = {}
+    return RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
+                         utilization=util, host_time=host_time, hta=hta if has_gpu else None,
+                         world_size=world_size)
