@@ -28,6 +28,7 @@ import argparse
 import glob
 import json
 import os
+import random
 import re
 import shlex
 import statistics
@@ -126,8 +127,16 @@ def ratios(runs: list[dict]) -> dict:
                     all_ms = [None] + s["other_ms"]  # annotate records no window: other_ms are steps 1..n
                     ann_ms += [all_ms[i] for i in steps if i < len(all_ms) and all_ms[i] is not None]
             add("in-window steps, full / annotate", full_ms, median_of(ann_ms))
-    return {k: {"median": median_of(v), "min": min(v), "max": max(v), "n": len(v)} if v else None
-            for k, v in per_repeat.items()}
+    return {k: {"median": median_of(v), "min": min(v), "max": max(v), "n": len(v), "interval90": interval90(v)}
+            if v else None for k, v in per_repeat.items()}
+
+
+def interval90(values: list[float], draws: int = 10_000) -> list[float]:
+    """A bootstrap 90% interval of the median (seeded: the same runs give the same interval): how well the
+    repeats pin the ratio down, which a min-max alone does not say."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return [medians[int(0.05 * draws)], medians[int(0.95 * draws) - 1]]
 
 
 def per_mode(runs: list[dict]) -> dict:
@@ -148,10 +157,11 @@ def summarize(runs: list[dict], command: dict, out_dir: str) -> str:
     result = {"command": command, "ratios": ratios(runs), "ms_per_token": per_mode(runs), "runs": runs}
     with open(os.path.join(out_dir, "overhead.json"), "w") as f:
         json.dump(result, f, indent=2)
-    rows = ["| ratio (paired within a repeat) | median | min-max | repeats |", "|---|---|---|---|"]
+    rows = ["| ratio (paired within a repeat) | median | min-max | repeats | bootstrap 90% interval of the median |",
+            "|---|---|---|---|---|"]
     for name, r in result["ratios"].items():
-        rows.append(f"| {name} | {r['median']:.3f} | {r['min']:.3f}-{r['max']:.3f} | {r['n']} |" if r
-                    else f"| {name} | n/a | | 0 |")
+        rows.append(f"| {name} | {r['median']:.3f} | {r['min']:.3f}-{r['max']:.3f} | {r['n']} | "
+                    f"{r['interval90'][0]:.3f}-{r['interval90'][1]:.3f} |" if r else f"| {name} | n/a | | 0 | |")
     rows += ["", "| mode, call | ms/token median | min-max | runs |", "|---|---|---|---|"]
     for name, r in result["ms_per_token"].items():
         rows.append(f"| {name} | {r['median']:.1f} | {r['min']:.1f}-{r['max']:.1f} | {r['n']} |")
