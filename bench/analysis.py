@@ -4,7 +4,8 @@ The cases, each run `--repeats` times in alternating order, each in a fresh proc
   hta     bench/hta_alone.py: HTA's TraceAnalysis and the breakdowns dstrace reports
   first   dstrace analyze with no cache beside the traces (deleted before each run)
   first1  the same with --parse-workers 1 (one trace parsed at a time: the least memory)
-  second  dstrace analyze again, the cache in place
+  cached-parse  dstrace analyze again with each trace's parse cache in place, the kept report deleted
+  second  dstrace analyze again, every cache in place (the kept report comes back)
 Wall time is measured around the process; peak memory is the largest sum over the process and all its
 children (parse workers), sampled every 20 ms, of RSS and of PSS (proportional set size: a page shared
 by n processes, like the libraries and the data forked workers inherit, counts 1/n in each, so the sum
@@ -53,9 +54,12 @@ def run_measured(cmd: list[str]) -> dict:
     return {"wall_s": wall, "tree_peak_rss": tree_peak, "tree_peak_pss": pss_peak, "main_peak_rss": main_peak}
 
 
-def clear_cache(folder: str) -> None:
-    for path in glob.glob(os.path.join(folder, ".*.dstrace-cache.npz")):
-        os.unlink(path)
+def clear_cache(folder: str, parse: bool = True) -> None:
+    """Delete the kept reports and, with `parse`, the traces' parse caches."""
+    patterns = [".dstrace-report.*.cache"] + ([".*.dstrace-cache.npz"] if parse else [])
+    for pattern in patterns:
+        for path in glob.glob(os.path.join(folder, pattern)):
+            os.unlink(path)
 
 
 def trace_sizes(folder: str) -> list[int]:
@@ -73,14 +77,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--cases", default="hta,first,second")
+    ap.add_argument("--cases", default="hta,first,cached-parse,second")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     folder = os.path.abspath(args.folder)
     py = sys.executable
     analyze = [py, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", os.devnull]
     commands = {"hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze,
-                "first1": analyze + ["--parse-workers", "1"], "second": analyze}
+                "first1": analyze + ["--parse-workers", "1"], "cached-parse": analyze, "second": analyze}
     cases = args.cases.split(",")
     results: dict[str, list[dict]] = {c: [] for c in cases}
     for i in range(args.repeats):
@@ -88,11 +92,13 @@ def main() -> None:
         for case in order:
             if case.startswith("first"):
                 clear_cache(folder)
-            elif case == "second" and not glob.glob(os.path.join(folder, ".*.dstrace-cache.npz")):
+            elif not glob.glob(os.path.join(folder, ".dstrace-report.json.cache")):
                 subprocess.run(analyze, check=True, capture_output=True, cwd=REPO)
+            if case == "cached-parse":
+                clear_cache(folder, parse=False)
             results[case].append(run_measured(commands[case]))
             m = results[case][-1]
-            print(f"{case:6s} run {i + 1}: {m['wall_s']:.2f} s, tree peak RSS {m['tree_peak_rss'] / 1e6:.0f} MB, "
+            print(f"{case:12s} run {i + 1}: {m['wall_s']:.2f} s, tree peak RSS {m['tree_peak_rss'] / 1e6:.0f} MB, "
                   f"PSS {m['tree_peak_pss'] / 1e6:.0f} MB, main peak RSS {m['main_peak_rss'] / 1e6:.0f} MB",
                   file=sys.stderr, flush=True)
     sizes = trace_sizes(folder)

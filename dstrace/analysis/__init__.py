@@ -1,7 +1,8 @@
 """`dstrace analyze`: turn a folder of per-rank torch.profiler traces into a diagnosis.
 
 Entry points for the CLI: `add_arguments(parser)` and `main(args) -> int`. The work is in
-`loading` (files -> LoadedRun), `pipeline.analyze` (LoadedRun -> Analysis) and `render`.
+`loading` (files -> LoadedRun), `pipeline.analyze` (LoadedRun -> Analysis) and `render`; a folder
+analyzed before with the same options and nothing changed gets its kept report (`report_cache`).
 """
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from dstrace.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from dstrace.analysis.alignment import CLOCK_POLICIES
-    from dstrace.analysis.render import FORMATS
-    from dstrace.analysis.summaries import AUTO_MIN_RANKS, SOURCES
+    from dstrace.analysis.options import AUTO_MIN_RANKS, CLOCK_POLICIES, FORMATS, SOURCES
 
     parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN")
     parser.add_argument("--format", choices=FORMATS, default="text",
@@ -35,26 +34,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dstrace.analysis import summaries
-    from dstrace.analysis.loading import load_run
-    from dstrace.analysis.pipeline import analyze
-    from dstrace.analysis.render import render
+    from dstrace.analysis import report_cache
 
-    if summaries.choose_source(args.trace_dir, getattr(args, "source", "auto")) == "summaries":
-        run = summaries.load_summaries(args.trace_dir)
-        print(f"dstrace: analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment",
-              file=sys.stderr, flush=True)
+    workers = getattr(args, "parse_workers", None)
+    if workers is not None and workers < 1:
+        raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
+    options = {"format": args.format, "align_clocks": getattr(args, "align_clocks", "auto"),
+               "source": getattr(args, "source", "auto")}
+    key = report_cache.key(args.trace_dir, options) if os.path.isdir(args.trace_dir) else None
+    kept = report_cache.read(args.trace_dir, args.format, key) if key else None
+    if kept is not None:
+        print("dstrace: nothing in the folder changed since the last analysis: its report, from "
+              f"{report_cache.path(args.trace_dir, args.format)}", file=sys.stderr, flush=True)
+        report, warnings = kept
     else:
-        workers = getattr(args, "parse_workers", None)
-        if workers is not None and workers < 1:
-            raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
-        run = load_run(args.trace_dir, workers=workers)
-        print(f"dstrace: analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment",
-              file=sys.stderr, flush=True)
-    analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
-    for warning in analysis.warnings:
+        report, warnings = _analyze(args, workers)
+        if key:
+            report_cache.write(args.trace_dir, args.format, key, report, warnings)
+    for warning in warnings:
         print(f"dstrace: warning: {warning}", file=sys.stderr)
-    report = render(analysis, args.format)
     if args.output:
         try:
             with open(args.output, "w") as f:
@@ -66,3 +64,21 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(report)
     return 0
 
+
+def _analyze(args: argparse.Namespace, workers: int | None) -> tuple[str, list[str]]:
+    """Load the folder (its traces or rank summaries), analyze it, render it: (report, warnings)."""
+    from dstrace.analysis import summaries
+    from dstrace.analysis.loading import load_run
+    from dstrace.analysis.pipeline import analyze
+    from dstrace.analysis.render import render
+
+    if summaries.choose_source(args.trace_dir, getattr(args, "source", "auto")) == "summaries":
+        run = summaries.load_summaries(args.trace_dir)
+        print(f"dstrace: analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment",
+              file=sys.stderr, flush=True)
+    else:
+        run = load_run(args.trace_dir, workers=workers)
+        print(f"dstrace: analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment",
+              file=sys.stderr, flush=True)
+    analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
+    return render(analysis, args.format), list(analysis.warnings)

@@ -20,7 +20,6 @@ import pandas as pd
 
 from dstrace.analysis.model import ClockOffset
 
-CLOCK_POLICIES = ("auto", "always", "never")
 
 
 def assign_steps(coll: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:

@@ -9,30 +9,29 @@ folder can hold data, never code.
 
 A cache is used only when it matches the trace: same size, same modification time, same hash of the
 first and last MiB (a rewrite in place that keeps size and mtime still changes those bytes for any
-real trace), the same cache format, dstrace and HTA versions, and the same world size from the folder's
-manifests (CPU collectives' byte counts may depend on it). Anything else (a missing, stale,
-damaged or foreign file) reads as no cache, and the trace is parsed again. Files are written under a
+real trace), the same cache format, the same dstrace code (a hash of its source) and HTA and pandas
+versions, and the same world size from the folder's manifests (CPU collectives' byte counts may depend
+on it). Anything else (a missing, stale, damaged or foreign file) reads as no cache, and the trace is
+parsed again. Files are written under a
 temporary name and renamed, so a reader never sees half a cache; the name matches none of the trace
 patterns (`*.pt.trace.json[.gz]`, `*.json[.gz]`).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
-from importlib import metadata
 
 import numpy as np
 import orjson
 import pandas as pd
 
+from dstrace.analysis import identity
 from dstrace.analysis.reduction import RankReduction
 
 FORMAT = 2
 """Bump when the parse, the events frame or the cached HTA results change meaning."""
 SUFFIX = ".dstrace-cache.npz"
-EDGE_BYTES = 1 << 20
 
 
 @dataclass
@@ -47,25 +46,9 @@ def cache_path(trace_path: str) -> str:
     return os.path.join(folder, f".{name}{SUFFIX}")
 
 
-def _versions() -> dict:
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-    return {"format": FORMAT, "dstrace": version("dstrace"), "hta": version("holistictraceanalysis")}
-
-
 def fingerprint(trace_path: str) -> dict:
-    """What identifies the trace's content: size, mtime, and a hash of its first and last MiB."""
-    st = os.stat(trace_path)
-    h = hashlib.sha256()
-    with open(trace_path, "rb") as f:
-        h.update(f.read(EDGE_BYTES))
-        if st.st_size > EDGE_BYTES:
-            f.seek(max(EDGE_BYTES, st.st_size - EDGE_BYTES))
-            h.update(f.read(EDGE_BYTES))
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "edges_sha256": h.hexdigest(), **_versions()}
+    """What a cache must match: the trace's content, the cache format, and the code and libraries that made it."""
+    return {**identity.content(trace_path), "format": FORMAT, **identity.versions()}
 
 
 def _encode(series: pd.Series) -> tuple[str, dict[str, np.ndarray]]:

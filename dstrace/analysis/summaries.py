@@ -14,16 +14,12 @@ import pandas as pd
 
 from dstrace.analysis import collectives, reduction, utilization
 from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
 from dstrace.errors import UserError
 from dstrace.recording.manifest import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, read_manifest, read_run
 from dstrace.recording.summary import COLLECTIVE_COLUMNS, SUMMARY_SUFFIX, read_summary
 
-SOURCES = ("auto", "traces", "summaries")
-AUTO_MIN_RANKS = 16
-"""From this many ranks up, `--source auto` reads summaries when every rank has one: parsing each
-trace costs seconds and memory per rank, and HTA's per-rank breakdowns (which need the traces) matter
-less than the cross-rank picture. Below it, the traces' fuller report is cheap enough."""
 AUTO_MIN_TRACE_BYTES = 2 << 30
 """Or when the traces add up to more than 2 GiB, whatever the number of ranks."""
 

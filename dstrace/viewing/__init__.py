@@ -17,7 +17,7 @@ MERGED_NAME = "dstrace-merged.pftrace"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from dstrace.analysis.alignment import CLOCK_POLICIES
+    from dstrace.analysis.options import CLOCK_POLICIES
 
     parser.add_argument("run_dir", help="run folder written by `dstrace record` (per-rank *.pt.trace.json[.gz])")
     parser.add_argument("--tensorboard", action="store_true",

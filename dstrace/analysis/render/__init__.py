@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
 
-FORMATS = ("text", "json", "markdown", "html")
-
 
 def render(analysis: Analysis, fmt: str) -> str:
     if fmt == "json":

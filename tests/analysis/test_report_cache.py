@@ -1,0 +1,84 @@
+"""The report kept beside the traces: asked again with nothing changed, the same bytes come back without
+an analysis; any change to what the report depends on makes it analyze again."""
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import synthetic
+from dstrace.analysis import report_cache
+from tests.conftest import tool
+
+KEPT = "nothing in the folder changed"
+
+
+def folder_of_two_ranks(folder):
+    for b in synthetic.zero3_run(str(folder), world_size=2, steps=3, layers=3):
+        b.write(str(folder))
+    return folder
+
+
+def analyze(folder, *args):
+    proc = subprocess.run([tool("dstrace"), "analyze", str(folder), *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_the_same_report_again_without_an_analysis(tmp_path):
+    folder_of_two_ranks(tmp_path)
+    first = analyze(tmp_path, "--format", "json")
+    second = analyze(tmp_path, "--format", "json")
+    assert KEPT not in first.stderr and KEPT in second.stderr
+    assert second.stdout == first.stdout and json.loads(second.stdout)["ranks"]
+    assert "analyzing" not in second.stderr and "parsing trace" not in second.stderr
+
+
+def test_a_kept_report_imports_no_pandas(tmp_path):
+    """What makes it fast: building the command line and checking the key need the standard library only."""
+    folder_of_two_ranks(tmp_path)
+    analyze(tmp_path)
+    code = ("import sys; from dstrace import cli; rc = cli.main(['analyze', sys.argv[1], '-o', sys.argv[2]]); "
+            "sys.exit(rc if 'pandas' not in sys.modules else 99)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(tmp_path / "out.txt")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and KEPT in proc.stderr, proc.stderr
+
+
+def test_each_change_it_depends_on_analyzes_again(tmp_path):
+    folder_of_two_ranks(tmp_path)
+    analyze(tmp_path)
+    assert KEPT in analyze(tmp_path).stderr
+    assert KEPT not in analyze(tmp_path, "--format", "markdown").stderr  # another format
+    assert KEPT not in analyze(tmp_path, "--align-clocks", "never").stderr  # another option
+    trace = sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))[0]
+    later = time.time() + 5
+    os.utime(trace, (later, later))  # a trace touched
+    assert KEPT not in analyze(tmp_path).stderr
+    assert KEPT in analyze(tmp_path).stderr
+    (tmp_path / "notes.txt").write_text("a new file in the folder")
+    assert KEPT not in analyze(tmp_path).stderr
+
+
+def test_warnings_come_back_with_the_kept_report(tmp_path):
+    folder_of_two_ranks(tmp_path)
+    os.unlink(sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))[1])
+    first, second = analyze(tmp_path), analyze(tmp_path)
+    warned = [line for line in first.stderr.splitlines() if line.startswith("dstrace: warning:")]
+    assert warned and warned == [line for line in second.stderr.splitlines() if line.startswith("dstrace: warning:")]
+    assert KEPT in second.stderr
+
+
+def test_a_damaged_or_unwritable_kept_report_only_costs_speed(tmp_path):
+    folder_of_two_ranks(tmp_path)
+    first = analyze(tmp_path)
+    kept = report_cache.path(str(tmp_path), "text")
+    with open(kept, "w") as f:
+        f.write("{not json")
+    again = analyze(tmp_path)
+    assert KEPT not in again.stderr and again.stdout == first.stdout
+    os.unlink(kept)
+    os.mkdir(kept)  # the name is taken by a folder: keeping the report fails
+    assert analyze(tmp_path).stdout == first.stdout
+    assert KEPT not in analyze(tmp_path).stderr
