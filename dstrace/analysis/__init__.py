@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shift rank clocks to match collective ends: auto = ranks on another host than "
                              "the lowest rank (default), always, never")
     parser.add_argument("--parse-workers", type=int, metavar="N", default=None,
-                        help="parse at most N traces at once (default: one per CPU, as many as the free memory "
-                             "allows); 1 keeps the peak memory to one trace's parse")
+                        help="parse N traces at once (default: one per CPU, as many as keep the peak memory within "
+                             "2x the largest trace's JSON, or 512 MiB when that is more); each adds about 1.6x a trace")
     parser.add_argument("--source", choices=SOURCES, default="auto",
                         help="read the rank summaries (*.summary.json.gz, written by dstrace record) or the "
                              f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "

@@ -45,10 +45,14 @@ HOST_IN_NAME = re.compile(r"^(?P<host>.+?)_rank\d+")
 
 Progress = Callable[[str], None]
 
-WORKER_PEAK_PER_TRACE_BYTE = 2.0
-"""A parse worker's peak RSS over the uncompressed size of its trace, measured with bench/ (with margin)."""
-WORKER_BASE_BYTES = 300 << 20
-"""A worker's RSS before it parses: Python, pandas, numpy, HTA."""
+WORKER_PEAK_PER_TRACE_BYTE = 1.6
+"""What parsing a trace adds to memory at its peak, over the trace's JSON size (bench/: about 470 MB for
+a 300 MB trace, 1.55x; a forked worker shares its libraries with the analyze process)."""
+BUDGET_PER_TRACE_BYTE = 2.0
+"""The analysis holds its peak memory to this many times the largest trace's JSON size..."""
+BUDGET_FLOOR_BYTES = 512 << 20
+"""...or to 512 MiB when that is more: the interpreter with pandas and HTA alone takes about 170 MB, so
+2x a small trace would forbid parsing two at once where the memory matters to no one."""
 PARALLEL_MIN_BYTES = 32 << 20
 """Below this much JSON to parse, starting worker processes costs more than it saves."""
 
@@ -143,17 +147,23 @@ def uncompressed_size(path: str) -> int:
 
 
 def parse_workers(paths: list[str]) -> int:
-    """How many traces to parse at once: one per CPU, as many as fit in the memory available now (a worker
-    peaks at about WORKER_PEAK_PER_TRACE_BYTE x its trace's JSON size), and one when there is little to parse."""
+    """How many traces to parse at once, for these traces on this machine now (`workers_for`)."""
     import psutil
 
-    sizes = [uncompressed_size(p) for p in paths]
-    if len(paths) < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
-        return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    per_worker = WORKER_BASE_BYTES + WORKER_PEAK_PER_TRACE_BYTE * max(sizes)
-    by_memory = int(psutil.virtual_memory().available // per_worker)
-    return max(1, min(cpus, len(paths), by_memory))
+    return workers_for([uncompressed_size(p) for p in paths], cpus, psutil.Process().memory_info().rss,
+                       psutil.virtual_memory().available)
+
+
+def workers_for(sizes: list[int], cpus: int, in_use: int, available: int) -> int:
+    """One per CPU, as many as fit in the memory budget (2x the largest trace's JSON, or 512 MiB when that is
+    more, less what the analyze process holds already) and in the memory available, and one when there is
+    little to parse. `--parse-workers N` overrides it."""
+    if len(sizes) < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
+        return 1
+    budget = max(BUDGET_PER_TRACE_BYTE * max(sizes), BUDGET_FLOOR_BYTES) - in_use
+    by_memory = int(min(budget, available) // (WORKER_PEAK_PER_TRACE_BYTE * max(sizes)))
+    return max(1, min(cpus, len(sizes), by_memory))
 
 
 def _pool_context():

@@ -209,6 +209,18 @@ def test_parallel_parse_gives_what_serial_parse_gives(tmp_path):
     assert render(analyze(serial), "json") == render(analyze(parallel), "json")
 
 
+def test_parse_workers_hold_the_memory_budget():
+    """2x the largest trace or 512 MiB, whichever is more; CPUs and free memory bound it too."""
+    mb, gb = 1 << 20, 1 << 30
+    eight = [300 * mb] * 8
+    assert loading.workers_for(eight, cpus=2, in_use=80 * mb, available=20 * gb) == 1  # 2 would need 960 MB
+    assert loading.workers_for([28 * mb] * 2, cpus=2, in_use=80 * mb, available=20 * gb) == 2
+    assert loading.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=20 * gb) == 3
+    assert loading.workers_for([2 * gb] * 8, cpus=16, in_use=200 * mb, available=64 * gb) == 1  # 4 GB budget
+    assert loading.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=100 * mb) == 1
+    assert loading.workers_for([10 * mb] * 2, cpus=8, in_use=0, available=gb) == 1  # too little to parse
+
+
 def test_parse_workers_is_one_for_little_work(tmp_path):
     paths = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)]
     assert loading.parse_workers(paths) == 1

@@ -1,26 +1,21 @@
-"""256 ranks on 32 hosts, as rank summaries: analyzed from the summaries within the issue's one-minute budget."""
+"""256 ranks on 32 hosts, as rank summaries: what the analysis finds from them. How long it takes is
+measured by bench/summaries_scale.py, not here."""
 from __future__ import annotations
 
 import json
-import time
 
 from tests.conftest import dstrace
 from tests.multinode import synthetic
 
 WORLD = 256
-BUDGET_S = 60.0  # issue #8: a 256-rank run analyzed in under a minute on this machine
 LATE_RANK = 77
 
 
-def test_256_ranks_from_summaries_within_a_minute(tmp_path):
+def test_256_ranks_from_summaries(tmp_path):
     true_offsets = synthetic.write_run(str(tmp_path), world=WORLD, late_rank=LATE_RANK)
     report_path = tmp_path / "report.json"
-    started = time.monotonic()
     result = dstrace("analyze", str(tmp_path), "--format", "json", "-o", str(report_path))
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
-    print(f"analyzed {WORLD} rank summaries in {elapsed:.1f} s")
-    assert elapsed < BUDGET_S
     report = json.loads(report_path.read_text())
     assert report["world_size"] == WORLD and report["missing_ranks"] == [] and len(report["ranks"]) == WORLD
     assert any(n.startswith(f"read from the {WORLD} rank summaries") for n in report["notes"])  # auto chose them
