@@ -160,9 +160,9 @@ def place_rank(dtype_choice: str) -> Placement:
 
 
 def timed_chat(model, tokenizer, pixels, prompt: str, max_new_tokens: int, rank: int, call: int,
-               result: str | None = None) -> dict:
+               result: str | None = None, **extra) -> dict:
     """One chat() call, timed to the last GPU kernel, printed (and appended to `result`) as a JSON line:
-    the line every sweep and benchmark reads."""
+    the line every sweep and benchmark reads; `extra` fields go into the line too."""
     import json
     import time
 
@@ -173,7 +173,7 @@ def timed_chat(model, tokenizer, pixels, prompt: str, max_new_tokens: int, rank:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     line = {"rank": rank, "call": call, "wall_s": wall, "tokens": max_new_tokens,
-            "ms_per_token": wall * 1e3 / max_new_tokens}
+            "ms_per_token": wall * 1e3 / max_new_tokens, **extra}
     print(json.dumps(line), flush=True)
     if result:
         with open(result, "a") as f:

@@ -72,8 +72,8 @@ def ensure_checkpoint(path: str, size: str, dtype, rank: int) -> None:
         time.sleep(0.5)
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def build(args):
+    """The report's set-up, up to a model ready to chat: (model, tokenizer, pixels, prompt, place)."""
     import deepspeed
     from transformers.integrations import HfDeepSpeedConfig
 
@@ -95,6 +95,12 @@ def main(argv=None) -> None:
     tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])
     pixels = pixel_values(place.device, place.dtype)
     prompt = prompt_for(0 if (args.autotp_size or 0) > 1 else place.rank)
+    return model, tokenizer, pixels, prompt, place
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    model, tokenizer, pixels, prompt, place = build(args)
     for i in range(args.repeats):
         timed_chat(model, tokenizer, pixels, prompt, args.max_new_tokens, place.rank, i + 1, args.result)
 

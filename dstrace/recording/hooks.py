@@ -178,6 +178,19 @@ def _module_label(module) -> str:
     return f"{type(module).__name__}#{getattr(module, 'ds_id', getattr(module, 'id', '?'))}"
 
 
+RANGE_NAMES = "__dstrace_range_names__"
+"""Where a submodule keeps its fetch and release range names: made once, not at each of the hundreds of
+fetches per decode step (this code runs on the critical path of a host-bound ZeRO-3 decode)."""
+
+
+def _range_name(submodule, kind: str) -> str:
+    names = submodule.__dict__.get(RANGE_NAMES)
+    if names is None:
+        label = _module_label(submodule)
+        names = submodule.__dict__[RANGE_NAMES] = {"fetch": f"zero3.fetch {label}", "release": f"zero3.release {label}"}
+    return names[kind]
+
+
 def patch_param_coordinator(module) -> None:
     coordinator = module.PartitionedParameterCoordinator
 
@@ -188,7 +201,7 @@ def patch_param_coordinator(module) -> None:
                 if s is None:
                     return original(self, submodule, *args, **kwargs)
                 s.manifest.zero3[counter] += 1
-                r = ranges.Range(f"zero3.{kind} {_module_label(submodule)}")
+                r = ranges.Range(_range_name(submodule, kind))
                 try:
                     return original(self, submodule, *args, **kwargs)
                 finally:
@@ -202,10 +215,12 @@ def patch_param_coordinator(module) -> None:
             if s is None:
                 return original(self, params, *args, **kwargs)
             nbytes = 0
-            with s.guard("zero3 gathered bytes"):
+            try:  # inline rather than s.guard(): a context manager per gather costs more than the sizing
                 status = module.ZeroParamStatus.NOT_AVAILABLE
                 nbytes = sum(p.ds_numel * p.element_size() for p in params if p.ds_status == status)
                 s.add_gathered(nbytes)
+            except Exception as e:  # noqa: BLE001 - recording must never break the job
+                s.manifest.hook_errors.append(f"zero3 gathered bytes: {type(e).__name__}: {e}")
             r = ranges.Range(f"zero3.allgather bytes={nbytes}")
             try:
                 return original(self, params, *args, **kwargs)
