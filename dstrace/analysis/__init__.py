@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
     options = {"format": args.format, "align_clocks": getattr(args, "align_clocks", "auto"),
                "source": getattr(args, "source", "auto")}
-    key = report_cache.key(args.trace_dir, options) if os.path.isdir(args.trace_dir) else None
+    key = report_cache.key(args.trace_dir, options)  # None for a folder that cannot be read
     kept = report_cache.read(args.trace_dir, args.format, key) if key else None
     if kept is not None:
         print("dstrace: nothing in the folder changed since the last analysis: its report, from "

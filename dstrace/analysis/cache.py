@@ -28,10 +28,11 @@ import pandas as pd
 
 from dstrace.analysis import identity
 from dstrace.analysis.reduction import RankReduction
+from dstrace.analysis.report_cache import PARSE_CACHE_SUFFIX
 
-FORMAT = 2
+FORMAT = 3
 """Bump when the parse, the events frame or the cached HTA results change meaning."""
-SUFFIX = ".dstrace-cache.npz"
+SUFFIX = PARSE_CACHE_SUFFIX
 
 
 @dataclass

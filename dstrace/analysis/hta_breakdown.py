@@ -99,15 +99,16 @@ def hta_frame(columns: Columns):
     from hta.common.trace import transform_correlation_to_index
     from hta.common.trace_symbol_table import TraceSymbolTable
 
-    cat_table, name_table = columns.tables["cat"], columns.tables["name"]
+    def per_code(table: list, test) -> np.ndarray:
+        return np.array([test(v) for v in table] or [False], dtype=bool)
+
+    gpu_or_launch = per_code(columns.tables["cat"], lambda c: c in GPU_CATEGORIES or c in LAUNCH_CATEGORIES)
+    categorized = per_code(columns.tables["cat"], lambda c: c not in ("", None, "Trace"))
+    profiler_step = per_code(columns.tables["name"], lambda n: isinstance(n, str) and n.startswith("ProfilerStep"))
+    cat_codes, name_codes = columns.codes["cat"], columns.codes["name"]
     # the breakdowns read GPU work, the launches that link it to the host and the ProfilerStep ranges
     # (iterations, the window HTA keeps); the CPU ops, most of a trace, would only cost memory
-    kept_cats = np.array([c in GPU_CATEGORIES or c in LAUNCH_CATEGORIES for c in cat_table] or [False], dtype=bool)
-    step_names = np.array([isinstance(n, str) and n.startswith("ProfilerStep") for n in name_table] or [False],
-                          dtype=bool)
-    kept = kept_cats[columns.codes["cat"]] | (step_names[columns.codes["name"]]
-                                              & np.array([c not in ("", None, "Trace") for c in cat_table]
-                                                         or [False], dtype=bool)[columns.codes["cat"]])
+    kept = gpu_or_launch[cat_codes] | (profiler_step[name_codes] & categorized[cat_codes])
     rows = np.flatnonzero(columns.has_dur & kept)
     names = pd.Series(_values(columns, "name", rows), index=columns.position[rows])
     cats = _values(columns, "cat", rows)

@@ -28,8 +28,10 @@ def code() -> str:
     return h.hexdigest()
 
 
+@lru_cache(maxsize=1)
 def versions() -> dict:
-    """dstrace's version and code, and the versions of the libraries whose results get cached."""
+    """dstrace's version and code, and the versions of the libraries whose results get cached: looked up
+    once per process, not for each trace's cache (callers read it, never change it)."""
     def version(dist: str) -> str | None:
         try:
             return metadata.version(dist)

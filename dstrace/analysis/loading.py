@@ -124,8 +124,9 @@ def parse_rank(path: str, targets: list[str], world_hint: int) -> tuple[str | No
         tracefile.release_freed_memory()
     events = events_frame(columns)
     del columns
-    rank, _ = _rank_of(path, meta, dstrace_metadata(meta))
-    world = max(world_hint, _world_of(meta, dstrace_metadata(meta)) or 0, (rank or 0) + 1)
+    ours = dstrace_metadata(meta)
+    rank, _ = _rank_of(path, meta, ours)
+    world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
     reduced = reduction.reduce_rank(events, world, hta)
     for target in targets:
         try:
@@ -288,13 +289,18 @@ def _choose_run(traces: dict[int, RankTrace], run: RunRecord | None, trace_dir: 
     raise UserError(f"traces of different runs are mixed in {trace_dir}: {listing}; put each run in its own folder")
 
 
+def _declared_world(manifests: dict[int, Manifest], run: RunRecord | None) -> int:
+    """The world size the manifests and run.json give (0 when neither does)."""
+    return max([m.world_size for m in manifests.values()] + [(run.world_size or 0) if run else 0])
+
+
 def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunRecord | None,
                     warnings: list[str]) -> LoadedRun:
     """The ranks stopped before their profiling window: what the manifests say is all there is."""
     run_ids = {m.run_id for m in manifests.values()}
     if len(run_ids) > 1:
         raise UserError(f"manifests of different runs are mixed in {trace_dir}: {', '.join(sorted(run_ids))}")
-    world = max([m.world_size for m in manifests.values()] + [run.world_size or 0 if run else 0])
+    world = _declared_world(manifests, run)
     warnings.append(f"no traces in {trace_dir}: the ranks ended before their profiling window; "
                     "only the manifests are analyzed")
     return LoadedRun(trace_dir=trace_dir, traces={}, world_size=world, run_id=run_ids.pop(),
@@ -319,7 +325,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
             raise UserError(f"no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {trace_dir}")
         return _manifests_only(trace_dir, manifests, run, warnings)
 
-    world_hint = max([m.world_size for m in manifests.values()] + [run.world_size or 0 if run else 0])
+    world_hint = _declared_world(manifests, run)
     parsed: list[tuple[str, dict, dict | None, cache.Cached]] = []
     for path, result in parse_traces(files, progress, workers, world_hint, events).items():
         if isinstance(result, str):

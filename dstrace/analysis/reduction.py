@@ -32,7 +32,6 @@ class RankReduction:
     utilization: dict  # `utilization.utilization` over the rank's GPU kernels, or its CPU work when it has none
     host_time: dict = field(default_factory=dict)  # `host.host_during_idle`, GPU ranks only
     hta: dict | None = None  # {"breakdowns", "problems"} from `hta_breakdown.rank_breakdowns`, GPU ranks only
-    world_size: int = 1  # the world size CPU collectives' byte counts were computed with
 
 
 def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
@@ -79,5 +78,4 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: dict | None = None) 
         util = utilization.utilization(events, coll, "cpu", _own_window(steps))
         host_time = {}
     return RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
-                         utilization=util, host_time=host_time, hta=hta if has_gpu else None,
-                         world_size=world_size)
+                         utilization=util, host_time=host_time, hta=hta if has_gpu else None)

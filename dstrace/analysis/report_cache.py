@@ -21,6 +21,7 @@ from dstrace.analysis import identity
 PREFIX = ".dstrace-report."
 SUFFIX = ".cache"
 PARSE_CACHE_SUFFIX = ".dstrace-cache.npz"
+"""The parse caches' suffix (`cache.SUFFIX`), here so that the key, which ignores them, needs no pandas."""
 
 
 def _own(name: str) -> bool:

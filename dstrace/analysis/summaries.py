@@ -115,8 +115,7 @@ def summary_reduction(s: dict) -> RankReduction:
     gathers = pd.DataFrame([(st["ts"], st["gathered_bytes"]) for st in steps if st.get("gathered_bytes") is not None],
                            columns=reduction.GATHER_COLUMNS)
     return RankReduction(has_gpu=s.get("device") == "gpu", collectives=coll, steps=step_frame, gathers=gathers,
-                         utilization=s.get("utilization") or utilization.idle_rank(),
-                         world_size=int(s.get("world_size") or 1))
+                         utilization=s.get("utilization") or utilization.idle_rank())
 
 
 def _ranges_text(ranks: list[int]) -> str:

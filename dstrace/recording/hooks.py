@@ -187,7 +187,7 @@ def _range_name(submodule, kind: str) -> str:
     names = submodule.__dict__.get(RANGE_NAMES)
     if names is None:
         label = _module_label(submodule)
-        names = submodule.__dict__[RANGE_NAMES] = {"fetch": f"zero3.fetch {label}", "release": f"zero3.release {label}"}
+        names = submodule.__dict__[RANGE_NAMES] = {k: f"zero3.{k} {label}" for k in ("fetch", "release")}
     return names[kind]
 
 
@@ -220,7 +220,7 @@ def patch_param_coordinator(module) -> None:
                 nbytes = sum(p.ds_numel * p.element_size() for p in params if p.ds_status == status)
                 s.add_gathered(nbytes)
             except Exception as e:  # noqa: BLE001 - recording must never break the job
-                s.manifest.hook_errors.append(f"zero3 gathered bytes: {type(e).__name__}: {e}")
+                s.note_failure("zero3 gathered bytes", e)
             r = ranges.Range(f"zero3.allgather bytes={nbytes}")
             try:
                 return original(self, params, *args, **kwargs)

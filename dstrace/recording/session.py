@@ -69,7 +69,11 @@ class RankSession:
         try:
             yield
         except Exception as e:  # noqa: BLE001 - recording must never break the job
-            self.manifest.hook_errors.append(f"{where}: {type(e).__name__}: {e}")
+            self.note_failure(where, e)
+
+    def note_failure(self, where: str, error: BaseException) -> None:
+        """A failure of dstrace's own bookkeeping, as the manifest's `hook_errors` lists it."""
+        self.manifest.hook_errors.append(f"{where}: {type(error).__name__}: {error}")
 
     # ---- identity and writing -----------------------------------------------------------------
     def _refresh_identity(self) -> None:
