@@ -262,9 +262,17 @@ def _read_manifests(trace_dir: str, warnings: list[str]) -> tuple[dict[int, Mani
     return manifests, run
 
 
-def _fmt_ranks(ranks) -> str:
+def ranks_text(ranks) -> str:
+    """rank 3; ranks 0-3, 7, 9-12: hundreds of ranks stay one line."""
     ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(out)
 
 
 def _choose_run(traces: dict[int, RankTrace], run: RunRecord | None, trace_dir: str,
@@ -283,10 +291,10 @@ def _choose_run(traces: dict[int, RankTrace], run: RunRecord | None, trace_dir: 
             for rank in ranks:
                 skipped.append({"path": traces[rank].path, "reason": f"belongs to run {other}, not {run.run_id}"})
                 del traces[rank]
-            warnings.append(f"skipped traces of another run {other} ({_fmt_ranks(ranks)}); {RUN_FILE} names run {run.run_id}")
+            warnings.append(f"skipped the files of another run {other} ({ranks_text(ranks)}); {RUN_FILE} names run {run.run_id}")
         return run.run_id
-    listing = "; ".join(f"run {rid} ({_fmt_ranks(r)})" for rid, r in sorted(by_run.items()))
-    raise UserError(f"traces of different runs are mixed in {trace_dir}: {listing}; put each run in its own folder")
+    listing = "; ".join(f"run {rid} ({ranks_text(r)})" for rid, r in sorted(by_run.items()))
+    raise UserError(f"ranks of different runs are mixed in {trace_dir}: {listing}; put each run in its own folder")
 
 
 def _declared_world(manifests: dict[int, Manifest], run: RunRecord | None) -> int:
@@ -364,23 +372,31 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     if not traces:
         raise UserError(f"no trace in {trace_dir} says which rank wrote it; name them <host>_rank<N>.pt.trace.json.gz")
 
-    run_id = _choose_run(traces, run, trace_dir, warnings, skipped)
+    return settle_run(trace_dir, traces, manifests, run, warnings, skipped, source="traces")
+
+
+def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int, Manifest], run: RunRecord | None,
+               warnings: list[str], skipped: list[dict], source: str) -> LoadedRun:
+    """One run per folder, and its world size, whether its ranks come from traces or from summaries:
+    ranks of other runs are refused (or skipped when run.json names ours), and so are manifests of
+    another run; the world size is the largest any file gives, with a warning where they disagree."""
+    run_id = _choose_run(ranks, run, trace_dir, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if run_id and m.run_id != run_id:
-            raise UserError(f"traces of different runs are mixed in {trace_dir}: rank{rank}{MANIFEST_SUFFIX} is from run "
-                            f"{m.run_id} but the traces are from run {run_id}")
+            raise UserError(f"{source} of different runs are mixed in {trace_dir}: rank{rank}{MANIFEST_SUFFIX} is from "
+                            f"run {m.run_id} but the {source} are from run {run_id}; put each run in its own folder")
     if run_id is None and manifests:
         run_id = next(iter(manifests.values())).run_id
 
-    sizes = {t.world_size for t in traces.values() if t.world_size} | {m.world_size for m in manifests.values()}
+    sizes = {t.world_size for t in ranks.values() if t.world_size} | {m.world_size for m in manifests.values()}
     if run is not None and run.world_size:
         sizes.add(run.world_size)
-    world_size = max(sizes | {max(traces) + 1})
+    world_size = max(sizes | {max(ranks) + 1})
     if len(sizes) > 1:
-        warnings.append(f"traces and manifests disagree on the world size ({sorted(sizes)}); using {world_size}")
-    loaded = LoadedRun(trace_dir=trace_dir, traces=traces, world_size=world_size, run_id=run_id,
-                       manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
+        warnings.append(f"{source} and manifests disagree on the world size ({sorted(sizes)}); using {world_size}")
+    loaded = LoadedRun(trace_dir=trace_dir, traces=ranks, world_size=world_size, run_id=run_id,
+                       manifests=manifests, run_record=run, warnings=warnings, skipped=skipped, source=source)
     if loaded.missing_ranks:
-        warnings.append(f"no trace for {_fmt_ranks(loaded.missing_ranks)} of world size {world_size}: "
+        warnings.append(f"no {source[:-1]} for {ranks_text(loaded.missing_ranks)} of world size {world_size}: "
                         "waits are measured among the ranks found only")
     return loaded

@@ -13,6 +13,7 @@ import os
 import pandas as pd
 
 from dstrace.analysis import collectives, reduction, utilization
+from dstrace.analysis.loading import settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
@@ -75,26 +76,11 @@ def load_summaries(trace_dir: str) -> LoadedRun:
             warnings.append(f"skipped {name}: {exc}")
     if not found:
         raise UserError(f"no usable rank summary in {trace_dir}")
-    run_ids = {s.get("run_id") for s in found.values()} | {m.run_id for m in manifests.values()}
-    run_ids.discard(None)
-    if len(run_ids) > 1:
-        raise UserError(f"summaries and manifests of different runs are mixed in {trace_dir}: "
-                        f"{', '.join(sorted(run_ids))}; put each run in its own folder")
-    sizes = {int(s.get("world_size") or 0) for s in found.values()} | {m.world_size for m in manifests.values()}
-    if run is not None and run.world_size:
-        sizes.add(run.world_size)
-    world = max(sizes | {max(found) + 1})
-    traces = {rank: RankTrace(rank=rank, path=os.path.join(trace_dir, s.get("trace_file") or ""),
-                              reduced=summary_reduction(s), world_size=s.get("world_size"), host=s.get("host"),
-                              run_id=s.get("run_id"), distributed=s.get("distributed"))
-              for rank, s in sorted(found.items())}
-    loaded = LoadedRun(trace_dir=trace_dir, traces=traces, world_size=world,
-                       run_id=next(iter(run_ids), run.run_id if run else None), manifests=manifests,
-                       run_record=run, warnings=warnings, skipped=skipped, source="summaries")
-    if loaded.missing_ranks:
-        warnings.append(f"no summary for {len(loaded.missing_ranks)} rank(s) of world size {world} "
-                        f"({_ranges_text(loaded.missing_ranks)}): waits are measured among the ranks found only")
-    return loaded
+    ranks = {rank: RankTrace(rank=rank, path=os.path.join(trace_dir, s.get("trace_file") or ""),
+                             reduced=summary_reduction(s), world_size=s.get("world_size"), host=s.get("host"),
+                             run_id=s.get("run_id"), distributed=s.get("distributed"))
+             for rank, s in sorted(found.items())}
+    return settle_run(trace_dir, ranks, manifests, run, warnings, skipped, source="summaries")
 
 
 def summary_reduction(s: dict) -> RankReduction:
@@ -116,15 +102,3 @@ def summary_reduction(s: dict) -> RankReduction:
                            columns=reduction.GATHER_COLUMNS)
     return RankReduction(has_gpu=s.get("device") == "gpu", collectives=coll, steps=step_frame, gathers=gathers,
                          utilization=s.get("utilization") or utilization.idle_rank())
-
-
-def _ranges_text(ranks: list[int]) -> str:
-    """0-3, 7, 9-12: hundreds of ranks stay one line."""
-    out, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            out.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ", ".join(out)

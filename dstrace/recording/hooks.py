@@ -201,6 +201,8 @@ def patch_param_coordinator(module) -> None:
                 if s is None:
                     return original(self, submodule, *args, **kwargs)
                 s.manifest.zero3[counter] += 1
+                if not ranges.active:
+                    return original(self, submodule, *args, **kwargs)
                 r = ranges.Range(_range_name(submodule, kind))
                 try:
                     return original(self, submodule, *args, **kwargs)
@@ -217,10 +219,12 @@ def patch_param_coordinator(module) -> None:
             nbytes = 0
             try:  # inline rather than s.guard(): a context manager per gather costs more than the sizing
                 status = module.ZeroParamStatus.NOT_AVAILABLE
-                nbytes = sum(p.ds_numel * p.element_size() for p in params if p.ds_status == status)
+                nbytes = sum(p.ds_numel * p.element_size() for p in params if p.ds_status is status)
                 s.add_gathered(nbytes)
             except Exception as e:  # noqa: BLE001 - recording must never break the job
                 s.note_failure("zero3 gathered bytes", e)
+            if not ranges.active:
+                return original(self, params, *args, **kwargs)
             r = ranges.Range(f"zero3.allgather bytes={nbytes}")
             try:
                 return original(self, params, *args, **kwargs)

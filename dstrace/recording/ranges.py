@@ -2,8 +2,10 @@
 
 `torch.cuda.nvtx` ranges never reach a Kineto trace, and DeepSpeed's own `instrument_w_nvtx` marks show
 only in Nsight; so each dstrace range is both. `record_function` is only entered while the profiler
-window is open: outside it the profiler records nothing anyway, and skipping it keeps the overhead of
-hundreds of ZeRO-3 fetch ranges per step out of the job.
+window is open: outside it the profiler records nothing anyway. NVTX ranges go out only when a tool
+listens (Nsight Systems injects itself at process start; the nvtx package then gives a live domain,
+otherwise a dummy one). The ZeRO-3 hooks open a range only when `active`: a range nobody records cost
+about 1.6 us per fetch in place, and a decode step makes about a thousand (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -17,12 +19,27 @@ try:
 except Exception:  # the nvtx wheel is optional at run time: the user's job must run without it
     _nvtx = None
 
+
+def _listening_domain():
+    """dstrace's NVTX domain if a tool records NVTX in this process, else None."""
+    try:
+        domain = _nvtx.get_domain(NVTX_DOMAIN)
+        return domain if isinstance(domain, _nvtx.Domain) else None
+    except Exception:  # noqa: BLE001 - no NVTX is no reason to fail the job
+        return None
+
+
+_domain = _listening_domain() if _nvtx is not None else None
+_attributes: dict = {}  # range name -> its NVTX event attributes, made once (nvtx's fast path)
 _profiling = False
+active = _domain is not None
+"""Whether anything records a range now: an NVTX tool, or the open profiler window."""
 
 
-def set_profiling(active: bool) -> None:
-    global _profiling
-    _profiling = active
+def set_profiling(on: bool) -> None:
+    global _profiling, active
+    _profiling = on
+    active = on or _domain is not None
 
 
 def nvtx_available() -> bool:
@@ -36,8 +53,11 @@ class Range:
 
     def __init__(self, name: str):
         full = PREFIX + name
-        if _nvtx is not None:
-            _nvtx.push_range(message=full, domain=NVTX_DOMAIN)
+        if _domain is not None:
+            attributes = _attributes.get(full)
+            if attributes is None:
+                attributes = _attributes[full] = _domain.get_event_attributes(message=full)
+            _domain.push_range(attributes)
         self._rf = None
         if _profiling:
             import torch
@@ -49,8 +69,8 @@ class Range:
         if self._rf is not None:
             self._rf.__exit__(None, None, None)
             self._rf = None
-        if _nvtx is not None:
-            _nvtx.pop_range(domain=NVTX_DOMAIN)
+        if _domain is not None:
+            _domain.pop_range()
 
 
 @contextmanager

@@ -125,6 +125,35 @@ def test_summaries_give_the_frames_the_traces_give(two_nodes):
     assert b.steps.ms_median == pytest.approx(a.steps.ms_median)
 
 
+def _rewrite_summary(folder, rank: int, **fields) -> None:
+    with gzip.open(folder / f"rank{rank}.summary.json.gz", "rt") as f:
+        summary = json.load(f)
+    summary.update(fields)
+    with gzip.open(folder / f"rank{rank}.summary.json.gz", "wt") as f:
+        json.dump(summary, f)
+
+
+@pytest.mark.parametrize("source", ["traces", "summaries"])
+def test_a_rank_of_another_run_is_refused_from_either_source(two_nodes, tmp_path, source):
+    """Traces and summaries go through one check: a folder holding two runs is refused, naming both."""
+    _, merged = two_nodes
+    folder = tmp_path / "mixed"
+    shutil.copytree(merged, folder, ignore=shutil.ignore_patterns("*.manifest.json", "run.json", "nodes"))
+    if source == "traces":
+        (name,) = [n for n in os.listdir(folder) if n.endswith(".pt.trace.json.gz") and "_rank1." in n]
+        with gzip.open(folder / name, "rt") as f:
+            trace = json.load(f)
+        trace["dstrace"]["run_id"] = "another-run"
+        with gzip.open(folder / name, "wt") as f:
+            json.dump(trace, f)
+    else:
+        _rewrite_summary(folder, 1, run_id="another-run")
+    load = (lambda d: loading.load_run(str(d), progress=lambda m: None)) if source == "traces" \
+        else (lambda d: summaries.load_summaries(str(d)))
+    with pytest.raises(UserError, match=f"different runs are mixed.*run another-run \\(rank 1\\); run {RUN_ID} \\(rank 0\\)"):
+        load(folder)
+
+
 def _shift_node(folder, rank: int, shift_us: float, host: str) -> None:
     """Make `rank` look recorded on `host`, whose clock reads `shift_us` more: its trace, summary, manifest."""
     (trace_name,) = [n for n in os.listdir(folder) if n.endswith(".pt.trace.json.gz") and f"_rank{rank}." in n]

@@ -60,6 +60,8 @@ def test_manifest_counts_decode_steps_and_calls(zero3_run):
         assert len(call["step_ms"]) == MAX_NEW_TOKENS and all(ms > 0 for ms in call["step_ms"])
         assert len(call["gathered_bytes"]) == MAX_NEW_TOKENS
         assert m["window"]["recorded_steps"] == [2, 3, 4]
+        outside = [b for step, b in enumerate(call["gathered_bytes"]) if step not in {2, 3, 4}]
+        assert all(b > 0 for b in outside)  # counted where no range is opened, outside the window
         apis = [c["api"] for c in m["deepspeed_calls"]]
         assert "deepspeed.zero.Init" in apis and "deepspeed.initialize" in apis
         init = next(c for c in m["deepspeed_calls"] if c["api"] == "deepspeed.initialize")
