@@ -91,18 +91,17 @@ def run_child(condition: str, args) -> dict:
 
 
 def summarize(results: list[dict]) -> dict:
-    """Per condition: the after / before ratios over processes, their median with a bootstrap 90% interval,
-    and that median over the control's (what the window leaves behind per launch)."""
-    from record_overhead import interval90
+    """Per condition: the after / before ratios over processes (median, range, bootstrap 90% interval), the
+    median us per launch before the window, and the median over the control's (what the window leaves
+    behind per launch)."""
+    from record_overhead import described
 
     out = {}
     for condition in CONDITIONS:
-        ratios = [r["ratio"] for r in results if r["condition"] == condition]
-        if ratios:
-            out[condition] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                              "n": len(ratios), "interval90": interval90(ratios),
-                              "before_us_median": statistics.median(u for r in results if r["condition"] == condition
-                                                                     for u in r["before_us"])}
+        mine = [r for r in results if r["condition"] == condition]
+        if mine:
+            out[condition] = {**described([r["ratio"] for r in mine]),
+                              "before_us_median": statistics.median(u for r in mine for u in r["before_us"])}
     if "control" in out:
         for r in out.values():
             r["over control"] = r["median"] / out["control"]["median"]

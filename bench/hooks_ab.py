@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "launch"))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from record_overhead import interval90  # noqa: E402
+from record_overhead import described  # noqa: E402
 
 PER_FETCH_HOOKS = ("fetch_sub_module", "release_sub_module", "_PartitionedParameterCoordinator__all_gather_params")
 
@@ -121,14 +120,6 @@ def step_pairs(lines: list[dict], part: str) -> list[float]:
 
 def arm_ms(lines: list[dict], part: str, hooks: str) -> list[float]:
     return [ms for ln in lines if ln.get("part") == part for h, ms in ln["steps"] if h == hooks]
-
-
-def described(values: list[float]) -> dict | None:
-    if not values:
-        return None
-    low, high = interval90(values)
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
-            "interval90": [low, high]}
 
 
 def summary(lines: list[dict]) -> dict:

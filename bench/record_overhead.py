@@ -127,8 +127,7 @@ def ratios(runs: list[dict]) -> dict:
                     all_ms = [None] + s["other_ms"]  # annotate records no window: other_ms are steps 1..n
                     ann_ms += [all_ms[i] for i in steps if i < len(all_ms) and all_ms[i] is not None]
             add("in-window steps, full / annotate", full_ms, median_of(ann_ms))
-    return {k: {"median": median_of(v), "min": min(v), "max": max(v), "n": len(v), "interval90": interval90(v)}
-            if v else None for k, v in per_repeat.items()}
+    return {k: described(v) for k, v in per_repeat.items()}
 
 
 def interval90(values: list[float], draws: int = 10_000) -> list[float]:
@@ -137,6 +136,14 @@ def interval90(values: list[float], draws: int = 10_000) -> list[float]:
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
     return [medians[int(0.05 * draws)], medians[int(0.95 * draws) - 1]]
+
+
+def described(values: list[float]) -> dict | None:
+    """Median, min, max, count and the bootstrap 90% interval of the median; None for no values."""
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
+            "interval90": interval90(values)}
 
 
 def per_mode(runs: list[dict]) -> dict:

@@ -15,7 +15,7 @@ import pytest
 from dstrace.analysis import alignment, collectives, loading, pipeline, summaries
 from dstrace.errors import UserError
 from dstrace.recording import gather
-from tests.conftest import ROOT, cpu_env, dstrace, manifests, read_json, tool
+from tests.conftest import ROOT, cpu_env, dstrace, free_port, manifests, read_json, tool
 
 JOB = os.path.join(ROOT, "tests", "multinode", "job.py")
 RUN_ID = "two-nodes"
@@ -25,16 +25,10 @@ TOLERANCE_US = 50.0
 OTHER_HOST = "other-host"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
     base = tmp_path_factory.mktemp("two_nodes")
-    port = _free_port()
+    port = free_port()
     nodes = []
     for k in range(2):
         folder = base / f"node{k}"
