@@ -241,24 +241,25 @@ def _world_of(data: dict, meta: dict | None) -> int | None:
     return None
 
 
-def _read_manifests(trace_dir: str, warnings: list[str]) -> tuple[dict[int, Manifest], RunRecord | None]:
+def read_manifests(trace_dir: str, warnings: list[str],
+                   skipped: list[dict[str, str]]) -> tuple[dict[int, Manifest], RunRecord | None]:
+    """The folder's rank manifests and run.json, whatever the ranks are read from (traces or summaries);
+    one that cannot be read is skipped, with a warning."""
     manifests: dict[int, Manifest] = {}
-    for name in sorted(os.listdir(trace_dir)):
-        if not name.endswith(MANIFEST_SUFFIX):
-            continue
-        try:
-            m = read_manifest(os.path.join(trace_dir, name))
-        except (ValueError, TypeError, OSError) as exc:
-            warnings.append(f"skipped manifest {name}: {exc}")
-            continue
-        manifests[m.rank] = m
     run = None
-    run_path = os.path.join(trace_dir, RUN_FILE)
-    if os.path.exists(run_path):
+    for name in sorted(os.listdir(trace_dir)):
+        if not (name.endswith(MANIFEST_SUFFIX) or name == RUN_FILE):
+            continue
+        path = os.path.join(trace_dir, name)
         try:
-            run = read_run(run_path)
-        except (ValueError, TypeError, OSError) as exc:
-            warnings.append(f"skipped {RUN_FILE}: {exc}")
+            if name == RUN_FILE:
+                run = read_run(path)
+            else:
+                m = read_manifest(path)
+                manifests[m.rank] = m
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            skipped.append({"path": path, "reason": str(exc)})
+            warnings.append(f"skipped {name}: {exc}")
     return manifests, run
 
 
@@ -303,7 +304,7 @@ def _declared_world(manifests: dict[int, Manifest], run: RunRecord | None) -> in
 
 
 def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunRecord | None,
-                    warnings: list[str]) -> LoadedRun:
+                    warnings: list[str], skipped: list[dict[str, str]]) -> LoadedRun:
     """The ranks stopped before their profiling window: what the manifests say is all there is."""
     run_ids = {m.run_id for m in manifests.values()}
     if len(run_ids) > 1:
@@ -312,7 +313,7 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
     warnings.append(f"no traces in {trace_dir}: the ranks ended before their profiling window; "
                     "only the manifests are analyzed")
     return LoadedRun(trace_dir=trace_dir, traces={}, world_size=world, run_id=run_ids.pop(),
-                     manifests=manifests, run_record=run, warnings=warnings)
+                     manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
 
 
 def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int | None = None,
@@ -324,14 +325,14 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     files = find_trace_files(trace_dir)
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
-    manifests, run = _read_manifests(trace_dir, warnings)
+    manifests, run = read_manifests(trace_dir, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if m.exit_error:
             warnings.append(f"rank {rank} ended with {error_line(m.exit_error)}")
     if not files:
         if not manifests:
             raise UserError(f"no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {trace_dir}")
-        return _manifests_only(trace_dir, manifests, run, warnings)
+        return _manifests_only(trace_dir, manifests, run, warnings, skipped)
 
     world_hint = _declared_world(manifests, run)
     parsed: list[tuple[str, dict, dict | None, cache.Cached]] = []

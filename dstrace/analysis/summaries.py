@@ -13,12 +13,12 @@ import os
 import pandas as pd
 
 from dstrace.analysis import collectives, reduction, utilization
-from dstrace.analysis.loading import settle_run
+from dstrace.analysis.loading import read_manifests, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
 from dstrace.errors import UserError
-from dstrace.recording.manifest import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, read_manifest, read_run
+from dstrace.recording.manifest import TRACE_SUFFIXES
 from dstrace.recording.summary import COLLECTIVE_COLUMNS, SUMMARY_SUFFIX, read_summary
 
 AUTO_MIN_TRACE_BYTES = 2 << 30
@@ -58,22 +58,17 @@ def load_summaries(trace_dir: str) -> LoadedRun:
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     found: dict[int, dict] = {}
-    manifests: dict[int, Manifest] = {}
-    run = None
     for name in _names(trace_dir):
+        if not name.endswith(SUMMARY_SUFFIX):
+            continue
         path = os.path.join(trace_dir, name)
         try:
-            if name.endswith(SUMMARY_SUFFIX):
-                s = read_summary(path)
-                found[int(s["rank"])] = s
-            elif name.endswith(MANIFEST_SUFFIX):
-                m = read_manifest(path)
-                manifests[m.rank] = m
-            elif name == RUN_FILE:
-                run = read_run(path)
+            s = read_summary(path)
+            found[int(s["rank"])] = s
         except (OSError, ValueError, TypeError, KeyError, EOFError) as exc:
             skipped.append({"path": path, "reason": str(exc)})
             warnings.append(f"skipped {name}: {exc}")
+    manifests, run = read_manifests(trace_dir, warnings, skipped)
     if not found:
         raise UserError(f"no usable rank summary in {trace_dir}")
     ranks = {rank: RankTrace(rank=rank, path=os.path.join(trace_dir, s.get("trace_file") or ""),

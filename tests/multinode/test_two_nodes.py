@@ -119,6 +119,13 @@ def test_summaries_give_the_frames_the_traces_give(two_nodes):
     assert b.steps.ms_median == pytest.approx(a.steps.ms_median)
 
 
+def load(source: str, folder):
+    """The run in `folder`, read from its traces or from its rank summaries."""
+    if source == "traces":
+        return loading.load_run(str(folder), progress=lambda m: None)
+    return summaries.load_summaries(str(folder))
+
+
 def _rewrite_summary(folder, rank: int, **fields) -> None:
     with gzip.open(folder / f"rank{rank}.summary.json.gz", "rt") as f:
         summary = json.load(f)
@@ -142,10 +149,21 @@ def test_a_rank_of_another_run_is_refused_from_either_source(two_nodes, tmp_path
             json.dump(trace, f)
     else:
         _rewrite_summary(folder, 1, run_id="another-run")
-    load = (lambda d: loading.load_run(str(d), progress=lambda m: None)) if source == "traces" \
-        else (lambda d: summaries.load_summaries(str(d)))
     with pytest.raises(UserError, match=f"different runs are mixed.*run another-run \\(rank 1\\); run {RUN_ID} \\(rank 0\\)"):
-        load(folder)
+        load(source, folder)
+
+
+@pytest.mark.parametrize("source", ["traces", "summaries"])
+def test_a_damaged_manifest_is_skipped_from_either_source(two_nodes, tmp_path, source):
+    """Traces and summaries read the manifests alike: an unreadable one is a warning and a skipped file."""
+    _, merged = two_nodes
+    folder = tmp_path / "damaged"
+    shutil.copytree(merged, folder)
+    (folder / "rank1.manifest.json").write_text('{"schema": ')
+    run = load(source, folder)
+    assert run.ranks == [0, 1] and sorted(run.manifests) == [0]
+    assert [s["path"] for s in run.skipped] == [str(folder / "rank1.manifest.json")]
+    assert any(w.startswith("skipped rank1.manifest.json: ") for w in run.warnings)
 
 
 def _shift_node(folder, rank: int, shift_us: float, host: str) -> None:
@@ -190,14 +208,12 @@ def shifted(two_nodes, tmp_path_factory):
 @pytest.mark.parametrize("source", ["traces", "summaries"])
 def test_alignment_recovers_the_other_hosts_clock(shifted, two_nodes, source):
     _, merged = two_nodes
-    load = (lambda d: loading.load_run(str(d), progress=lambda m: None)) if source == "traces" \
-        else (lambda d: summaries.load_summaries(str(d)))
-    aligned = alignment.align_run(load(shifted))
+    aligned = alignment.align_run(load(source, shifted))
     offset = aligned.offsets[1]
     assert offset.applied and offset.via == 0 and offset.matched >= 2 * WINDOW_STEPS * 5
     assert abs(offset.offset_us - SHIFT_US) < TOLERANCE_US, offset
     # once aligned, who waited for whom is what it was on the shared clock
-    same_clock = alignment.align_run(load(merged), policy="never")
+    same_clock = alignment.align_run(load(source, merged), policy="never")
     waits = aligned.collectives.groupby("rank")["wait_us"].sum()
     before = same_clock.collectives.groupby("rank")["wait_us"].sum()
     assert waits.to_numpy() == pytest.approx(before.to_numpy(), abs=TOLERANCE_US * len(aligned.collectives) / 2)
