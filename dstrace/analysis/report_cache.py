@@ -17,6 +17,7 @@ import json
 import os
 
 from dstrace.analysis import identity
+from dstrace.recording.manifest import write_json_atomic
 
 PREFIX = ".dstrace-report."
 SUFFIX = ".cache"
@@ -57,14 +58,7 @@ def read(trace_dir: str, fmt: str, wanted: str) -> tuple[str, list[str]] | None:
 
 def write(trace_dir: str, fmt: str, wanted: str, report: str, warnings: list[str]) -> None:
     """Keep the report, atomically; a folder that refuses it only costs the next analysis its speed."""
-    target = path(trace_dir, fmt)
-    tmp = f"{target}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"key": wanted, "report": report, "warnings": warnings}, f)
-        os.replace(tmp, target)
+        write_json_atomic(path(trace_dir, fmt), {"key": wanted, "report": report, "warnings": warnings})
     except OSError:
         pass
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -137,13 +137,18 @@ class RunRecord:
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Write to a temporary name in the same folder, then rename: readers never see half a file."""
+    """Write to a temporary name in the same folder, then rename: readers never see half a file, and a
+    write that fails leaves no temporary file behind (the error still reaches the caller)."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(payload, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def to_json(obj: Any) -> Any:
