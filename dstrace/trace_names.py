@@ -18,6 +18,7 @@ CPU_NON_COMPUTE = re.compile(r"^(?:c10d::|gloo:|record_param_comms|dstrace/|Prof
 HTA_COMM_KERNEL = re.compile(r"^nccl.*Kernel")  # HTA's kernel types; its OTHER counts as compute
 HTA_MEMORY_KERNEL = re.compile(r"^(?:Memcpy|Memset|dma)")
 DSTRACE_STEP = re.compile(r"^dstrace/step#(\d+)$")
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 ALLGATHER_RANGE = re.compile(r"^dstrace/zero3\.allgather bytes=(\d+)")
 
 # Canonical kind for a normalised op name (lower case, letters only), first prefix that matches wins.

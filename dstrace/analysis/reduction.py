@@ -14,10 +14,9 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import collectives, host, utilization
-from dstrace.trace_names import ALLGATHER_RANGE, DSTRACE_STEP
+from dstrace.trace_names import ALLGATHER_RANGE, DSTRACE_STEP, PROFILER_STEP
 
-PROFILER_STEP_NAME = r"^ProfilerStep#(\d+)$"
-STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP_NAME))
+STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
 """Where step ranges come from, most informative first: the run uses the first source any rank has."""
 STEP_COLUMNS = ["source", "step", "ts", "end", "ms"]
 GATHER_COLUMNS = ["ts", "bytes"]
