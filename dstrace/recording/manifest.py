@@ -182,14 +182,16 @@ def _build(cls, data: dict):
 def read_manifest(path: str) -> Manifest:
     with open(path) as f:
         data = json.load(f)
-    if data.get("schema") != MANIFEST_SCHEMA:
-        raise ValueError(f"{path} is not a dstrace manifest (schema {data.get('schema')!r})")
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+        schema = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path} is not a dstrace manifest (schema {schema!r})")
     return _build(Manifest, data)
 
 
 def read_run(path: str) -> RunRecord:
     with open(path) as f:
         data = json.load(f)
-    if data.get("schema") != RUN_SCHEMA:
-        raise ValueError(f"{path} is not a dstrace run record (schema {data.get('schema')!r})")
+    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
+        schema = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path} is not a dstrace run record (schema {schema!r})")
     return _build(RunRecord, data)

@@ -153,13 +153,15 @@ def test_a_rank_of_another_run_is_refused_from_either_source(two_nodes, tmp_path
         load(source, folder)
 
 
+@pytest.mark.parametrize("damage", ['{"schema": ', "[]"])
 @pytest.mark.parametrize("source", ["traces", "summaries"])
-def test_a_damaged_manifest_is_skipped_from_either_source(two_nodes, tmp_path, source):
-    """Traces and summaries read the manifests alike: an unreadable one is a warning and a skipped file."""
+def test_a_damaged_manifest_is_skipped_from_either_source(two_nodes, tmp_path, source, damage):
+    """Traces and summaries read the manifests alike: an unreadable one (cut short, or JSON but no object)
+    is a warning and a skipped file."""
     _, merged = two_nodes
     folder = tmp_path / "damaged"
     shutil.copytree(merged, folder)
-    (folder / "rank1.manifest.json").write_text('{"schema": ')
+    (folder / "rank1.manifest.json").write_text(damage)
     run = load(source, folder)
     assert run.ranks == [0, 1] and sorted(run.manifests) == [0]
     assert [s["path"] for s in run.skipped] == [str(folder / "rank1.manifest.json")]
