@@ -119,7 +119,7 @@ def write_deepspeed_env(run_dir: str, forwarded: dict[str, str], environ: dict[s
     lines = []
     for key, value in _deepspeed_env_lines(environ, home, cwd):
         if key == "PYTHONPATH":
-            value = os.pathsep.join(injected_paths + [value])
+            value = os.pathsep.join(injected_paths + ([value] if value else []))
         lines.append((key, value))
     lines.extend(forwarded.items())
     warnings = [f"{key}={value!r} has characters DeepSpeed's runner quotes; mpirun/srun-based launchers "

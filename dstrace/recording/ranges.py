@@ -3,33 +3,39 @@
 `torch.cuda.nvtx` ranges never reach a Kineto trace, and DeepSpeed's own `instrument_w_nvtx` marks show
 only in Nsight; so each dstrace range is both. `record_function` is only entered while the profiler
 window is open: outside it the profiler records nothing anyway. NVTX ranges go out only when a tool
-listens (Nsight Systems injects itself at process start; the nvtx package then gives a live domain,
-otherwise a dummy one). The ZeRO-3 hooks open a range only when `active`: ranges that nobody recorded,
+listens (Nsight Systems injects itself at process start through NVTX_INJECTION64_PATH; the nvtx package
+then gives a live domain). The ZeRO-3 hooks open a range only when `active`: ranges that nobody recorded,
 about a thousand per decode step, cost 1.6% of an H200 decode step (docs/performance.md).
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 
 PREFIX = "dstrace/"
 NVTX_DOMAIN = "dstrace"
-
-try:
-    import nvtx as _nvtx
-except Exception:  # the nvtx wheel is optional at run time: the user's job must run without it
-    _nvtx = None
+# Set by Nsight Systems (and other NVTX tools) when it injects itself; without it NVTX records nothing.
+NVTX_TOOL_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH")
 
 
 def _listening_domain():
-    """dstrace's NVTX domain if a tool records NVTX in this process, else None."""
+    """dstrace's NVTX domain if a tool records NVTX in this process, else None.
+
+    The nvtx package is imported only then: a job that does not import it itself finds no nvtx module
+    in its process under dstrace either.
+    """
+    if not any(os.environ.get(name) for name in NVTX_TOOL_VARIABLES):
+        return None
     try:
-        domain = _nvtx.get_domain(NVTX_DOMAIN)
-        return domain if isinstance(domain, _nvtx.Domain) else None
+        import nvtx
+
+        domain = nvtx.get_domain(NVTX_DOMAIN)
+        return domain if isinstance(domain, nvtx.Domain) else None
     except Exception:  # noqa: BLE001 - no NVTX is no reason to fail the job
         return None
 
 
-_domain = _listening_domain() if _nvtx is not None else None
+_domain = _listening_domain()
 _attributes: dict = {}  # range name -> its NVTX event attributes, made once (nvtx's fast path)
 _profiling = False
 active = _domain is not None
@@ -43,7 +49,13 @@ def set_profiling(on: bool) -> None:
 
 
 def nvtx_available() -> bool:
-    return _nvtx is not None
+    """Whether the job's environment has the nvtx package, found without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("nvtx") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 class Range:

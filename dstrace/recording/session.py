@@ -54,7 +54,8 @@ class RankSession:
             zero3={"fetches": 0, "releases": 0, "allgathers": 0, "gathered_bytes": 0},
             env={k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES) or k in _ENV_NAMES})
         if not ranges.nvtx_available():
-            self.manifest.hook_errors.append("nvtx is not importable: NVTX ranges are off")
+            self.manifest.hook_errors.append("nvtx is not installed in the job's environment: NVTX ranges are off "
+                                             "(pip install nvtx there, for Nsight Systems)")
         self._depth = 0
         self._call: GenerationCall | None = None
         self._step_starts: list[float] = []

@@ -70,7 +70,7 @@ def test_deepspeed_runner_forwards_dstrace_to_other_nodes(tmp_path, monkeypatch)
     assert seen["window"] == {"mode": "full", "call": 1, "start": 2, "steps": 4}
     assert seen["sitecustomize"] == os.path.join(launcher.BOOTSTRAP_DIR, "sitecustomize.py")
     paths = seen["pythonpath"].split(os.pathsep)
-    assert paths[:3] == [launcher.BOOTSTRAP_DIR, launcher.PACKAGE_PARENT, "/opt/user/lib"]
+    assert paths[:2] == [launcher.BOOTSTRAP_DIR, "/opt/user/lib"]
     assert seen["env"]["NCCL_SOCKET_IFNAME"] == "eth1" and seen["env"]["MY_SETTING"] == "from-cwd"
     assert {p: p.read_text() for p in user_files} == user_files  # the user's own files are never written
 
