@@ -14,7 +14,7 @@ DESCRIPTION = "Record and explain where every rank's time goes in distributed Py
 # verb -> (module, help, usage)
 VERBS = {
     "record": ("dstrace.recording.launcher", "run a launch command with every rank traced",
-               "dstrace record [-o traces/NAME] [options] -- COMMAND..."),
+               "dstrace record [-o traces/NAME] [options] [--] COMMAND..."),
     "analyze": ("dstrace.analysis", "explain where each rank's time goes", None),
     "compare": ("dstrace.comparison.compare", "compare recorded runs side by side", None),
     "sweep": ("dstrace.comparison.sweep", "record configurations repeatedly, then compare", None),
@@ -25,8 +25,11 @@ VERBS = {
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """All verbs are listed; only the one being run is imported, so `record` starts without pandas."""
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="dstrace", description=DESCRIPTION)
-    sub = parser.add_subparsers(dest="verb", required=True)
+    parser.add_argument("--version", action="version", version=f"dstrace {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for name, (module_name, help_text, usage) in VERBS.items():
         verb_parser = sub.add_parser(name, help=help_text, usage=usage)
         if name == verb:
@@ -39,7 +42,11 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     verb = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(verb if verb in VERBS else None).parse_args(argv)
+    parser = build_parser(verb if verb in VERBS else None)
+    args = parser.parse_args(argv)
+    if args.verb is None:
+        parser.print_help()
+        return 0
     try:
         return args.handler(args)
     except UserError as e:

@@ -7,7 +7,6 @@ analyzed before with the same options and nothing changed gets its kept report (
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from dstrace.errors import UserError
@@ -17,9 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dstrace.analysis.options import AUTO_MIN_RANKS, CLOCK_POLICIES, FORMATS, SOURCES
 
     parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN")
-    parser.add_argument("--format", choices=FORMATS, default="text",
-                        help="text (terminal, default), json (dstrace.analysis/1), markdown (GitHub issue), "
-                             "html (one self-contained file with plots)")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="text (terminal), json (dstrace.analysis/1), markdown (GitHub issue), html (one "
+                             "self-contained file with plots); default: from the -o file's extension (.json, .md, "
+                             ".html), else text")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--align-clocks", choices=CLOCK_POLICIES, default="auto",
                         help="shift rank clocks to match collective ends: auto = ranks on another host than "
@@ -35,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from dstrace.analysis import report_cache
+    from dstrace.analysis.options import FORMATS
+    from dstrace.report_output import chosen_format, write_report
 
+    args.format = chosen_format(args.format, args.output, FORMATS)
     workers = getattr(args, "parse_workers", None)
     if workers is not None and workers < 1:
         raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
@@ -53,15 +56,7 @@ def main(args: argparse.Namespace) -> int:
             report_cache.write(args.trace_dir, args.format, key, report, warnings)
     for warning in warnings:
         print(f"dstrace: warning: {warning}", file=sys.stderr)
-    if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(report)
-        except OSError as exc:
-            raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-        print(f"dstrace: wrote {os.path.abspath(args.output)}", file=sys.stderr)
-    else:
-        sys.stdout.write(report)
+    write_report(report, args.output)
     return 0
 
 

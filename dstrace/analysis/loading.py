@@ -34,7 +34,7 @@ from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.recording.manifest import (
-    MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, RunRecord, read_manifest, read_run,
+    MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, RunRecord, ranks_text, read_manifest, read_run, why_no_trace,
 )
 
 
@@ -263,19 +263,6 @@ def read_manifests(trace_dir: str, warnings: list[str],
     return manifests, run
 
 
-def ranks_text(ranks) -> str:
-    """rank 3; ranks 0-3, 7, 9-12: hundreds of ranks stay one line."""
-    ranks = sorted(ranks)
-    out, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            out.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(out)
-
-
 def _choose_run(traces: dict[int, RankTrace], run: RunRecord | None, trace_dir: str,
                 warnings: list[str], skipped: list[dict]) -> str | None:
     """One run per folder: traces of other runs are refused, or skipped when run.json says which is ours."""
@@ -303,6 +290,14 @@ def _declared_world(manifests: dict[int, Manifest], run: RunRecord | None) -> in
     return max([m.world_size for m in manifests.values()] + [(run.world_size or 0) if run else 0])
 
 
+def no_trace_reasons(manifests: dict[int, Manifest]) -> str:
+    """Why the ranks left no trace, each reason once with the ranks it holds for."""
+    by_reason: dict[str, list[int]] = {}
+    for rank, m in sorted(manifests.items()):
+        by_reason.setdefault(why_no_trace(m) or "the rank wrote no trace", []).append(rank)
+    return "; ".join(f"{ranks_text(ranks)}: {reason}" for reason, ranks in by_reason.items())
+
+
 def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunRecord | None,
                     warnings: list[str], skipped: list[dict[str, str]]) -> LoadedRun:
     """The ranks stopped before their profiling window: what the manifests say is all there is."""
@@ -310,8 +305,7 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
     if len(run_ids) > 1:
         raise UserError(f"manifests of different runs are mixed in {trace_dir}: {', '.join(sorted(run_ids))}")
     world = _declared_world(manifests, run)
-    warnings.append(f"no traces in {trace_dir}: the ranks ended before their profiling window; "
-                    "only the manifests are analyzed")
+    warnings.append(f"no traces in {trace_dir}: {no_trace_reasons(manifests)}; only the manifests are analyzed")
     return LoadedRun(trace_dir=trace_dir, traces={}, world_size=world, run_id=run_ids.pop(),
                      manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
 

@@ -51,11 +51,13 @@ class LoadedRun:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(self.traces)
+        """The ranks whose files were found: traces, or the manifests when no rank left a trace."""
+        return sorted(self.traces or self.manifests)
 
     @property
     def missing_ranks(self) -> list[int]:
-        return [r for r in range(self.world_size) if r not in self.traces]
+        found = set(self.ranks)
+        return [r for r in range(self.world_size) if r not in found]
 
     @property
     def device(self) -> str:

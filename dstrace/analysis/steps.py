@@ -58,17 +58,16 @@ def model_bytes(run: LoadedRun) -> int | None:
     return max(sizes) if sizes else None
 
 
-def _manifest_decode_ms(run: LoadedRun) -> list[float]:
-    """Per-forward step_ms of the manifests (the whole call, not only the profiled window), prefill excluded."""
-    out = []
-    for m in run.manifests.values():
-        for call in m.calls:
-            out.extend(call.step_ms[1:] if len(call.step_ms) > 1 else call.step_ms)
-    return out
+def _manifest_decode_ms(run: LoadedRun) -> dict[int, list[list[float]]]:
+    """Per rank, per call: the step_ms of the manifests (the whole call, not only the profiled window),
+    prefill excluded."""
+    return {r: [call.step_ms[1:] if len(call.step_ms) > 1 else call.step_ms for call in m.calls]
+            for r, m in run.manifests.items()}
 
 
 def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, coll: pd.DataFrame) -> StepSummary | None:
-    manifest_ms = _manifest_decode_ms(run)
+    by_rank = _manifest_decode_ms(run)
+    manifest_ms = [ms for calls in by_rank.values() for call in calls for ms in call]
     if steps.empty and not manifest_ms:
         return None
     per_rank = {}
@@ -82,15 +81,24 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
                 entry["gathered_bytes_median"] = float(mine.median())
         per_rank[int(rank)] = entry
     if decode.empty:
-        count, ms_median, source = len(manifest_ms), float(statistics.median(manifest_ms)), "manifest step_ms"
+        # as from traces: steps per call on one rank, not summed over calls and ranks
+        count = max(len(call) for calls in by_rank.values() for call in calls)
+        ms_median, source = float(statistics.median(manifest_ms)), "manifest step_ms"
+        per_rank = {r: {"count": max(map(len, calls)), "ms_median": float(statistics.median([x for c in calls for x in c]))}
+                    for r, calls in sorted(by_rank.items()) if any(calls)}
     else:
         count, ms_median = int(decode["step"].nunique()), float(decode["ms"].median())
     if not len(gathered):
-        manifest_gathered = [b for m in run.manifests.values() for c in m.calls
-                             for b in (c.gathered_bytes[1:] if len(c.gathered_bytes) > 1 else c.gathered_bytes)]
+        by_rank_gathered = {r: [b for c in m.calls
+                                for b in (c.gathered_bytes[1:] if len(c.gathered_bytes) > 1 else c.gathered_bytes)]
+                            for r, m in run.manifests.items()}
+        manifest_gathered = [b for values in by_rank_gathered.values() for b in values]
         if manifest_gathered:
             gathered = pd.Series(manifest_gathered, dtype=float)
             gathered_source = "manifest gathered_bytes"
+            for r, values in by_rank_gathered.items():
+                if values and r in per_rank:
+                    per_rank[r]["gathered_bytes_median"] = float(statistics.median(values))
     return StepSummary(
         count=count, ms_median=ms_median, source=source or "", per_rank=per_rank,
         manifest_ms_median=float(statistics.median(manifest_ms)) if manifest_ms else None,

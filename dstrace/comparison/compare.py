@@ -6,7 +6,6 @@ read by `collect`, summarized by `summary`, judged by `verdict` and written by `
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 
@@ -20,8 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run folders, configuration folders (<config>/rep<k>/) or a sweep folder")
     parser.add_argument("--baseline", metavar="NAME",
                         help="configuration the others are measured against (default: the sweep's baseline)")
-    parser.add_argument("--format", choices=FORMATS, default="text",
-                        help="text (terminal, default), json (dstrace.compare/1), markdown (GitHub issue)")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="text (terminal, default), json (dstrace.compare/1), markdown (GitHub issue); "
+                             "default: from the -o file's extension (.json, .md), else text")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
 
 
@@ -54,23 +54,12 @@ def compare_runs(run_dirs: list[str], baseline: str | None = None,
     return Comparison(configs=configs, verdict=verdict(configs, baseline), warnings=warnings)
 
 
-def write_report(text: str, output: str | None) -> None:
-    if not output:
-        sys.stdout.write(text)
-        return
-    try:
-        with open(output, "w") as f:
-            f.write(text)
-    except OSError as exc:
-        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
-    print(f"dstrace: wrote {os.path.abspath(output)}", file=sys.stderr)
-
-
 def main(args: argparse.Namespace) -> int:
-    from dstrace.comparison.render import render
+    from dstrace.comparison.render import FORMATS, render
+    from dstrace.report_output import chosen_format, write_report
 
     comparison = compare_runs(args.run_dirs, args.baseline)
     for warning in comparison.warnings:
         print(f"dstrace: warning: {warning}", file=sys.stderr)
-    write_report(render(comparison, args.format), args.output)
+    write_report(render(comparison, chosen_format(args.format, args.output, FORMATS)), args.output)
     return 0

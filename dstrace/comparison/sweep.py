@@ -133,7 +133,8 @@ def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcom
 
 
 def main(args: argparse.Namespace) -> int:
-    from dstrace.comparison.compare import compare_runs, stderr_progress, write_report
+    from dstrace.comparison.compare import compare_runs, stderr_progress
+    from dstrace.report_output import write_report
     from dstrace.comparison.render import render, render_json
     from dstrace.comparison.spec import load_spec, parse_overrides
 

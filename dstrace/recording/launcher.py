@@ -7,6 +7,7 @@ complete; dstrace exits with the command's own exit code.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -19,12 +20,14 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from . import multinode, session
-from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, Manifest, RankStatus, RunRecord,
-                       read_manifest, to_json, write_json_atomic)
+from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, UNRECORDED_PREFIX, Manifest,
+                       RankStatus, RunRecord, ranks_text, read_json_object, read_manifest, to_json, why_no_trace,
+                       write_json_atomic)
 from .window import MODES, WindowOptions
 
+# The one folder put on the job's PYTHONPATH: it holds only a sitecustomize, which takes the folder off
+# sys.path again and loads dstrace by location (bootstrap/sitecustomize.py).
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PYTHON_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed")
 CUPTI_TEARDOWN = "TEARDOWN_CUPTI"
 # How long the command gets to write its files after dstrace forwards a SIGTERM.
@@ -54,13 +57,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--run-id", metavar="ID",
                         help="the run's id; give every node of a multi-node torchrun run the same one "
                              "(default: torchrun's --rdzv-id, else a new random id); see docs/multi-node.md")
-    parser.add_argument("command", nargs="+", help="the launch command, after --")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the launch command; everything from its first word on is the command's own "
+                             "(options after it go to the program, as with nsys and py-spy); '--' is optional")
 
 
 def options_from_args(args) -> RecordOptions:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise UserError("no command to record: dstrace record [options] [--] COMMAND..., "
+                        "e.g. dstrace record torchrun --nproc_per_node 2 main.py")
     if args.window_call < 1 or args.window_start < 0 or args.window_steps < 1:
         raise UserError("the window needs --window-call >= 1, --window-start >= 0 and --window-steps >= 1")
-    return RecordOptions(command=list(args.command), output=args.output, force=args.force, run_id=args.run_id,
+    return RecordOptions(command=command, output=args.output, force=args.force, run_id=args.run_id,
                          window=WindowOptions(mode=args.mode, call=args.window_call,
                                               start=args.window_start, steps=args.window_steps))
 
@@ -72,6 +83,20 @@ def main(args) -> int:
 def default_run_dir(command: list[str]) -> str:
     program = os.path.basename(command[0]) or "run"
     return os.path.join("traces", f"{time.strftime('%Y%m%d-%H%M%S')}-{program}")
+
+
+def claim_new_dir(base: str) -> str:
+    """`base`, or `base-2`, `base-3`, ...: the first that this call creates itself. mkdir is atomic, so
+    two recordings started in the same second never share a folder."""
+    os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
+    for n in range(1, 1000):
+        path = os.path.abspath(base if n == 1 else f"{base}-{n}")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+    raise UserError(f"no free run folder next to {base}: choose one with -o")
 
 
 def _is_plain_python(command: list[str]) -> bool:
@@ -116,11 +141,16 @@ def _manifests(run_dir: str) -> dict[str, Manifest]:
     return out
 
 
+def injected_pythonpath(original: str | None) -> str:
+    """The bootstrap folder ahead of the user's PYTHONPATH, kept byte for byte: an empty entry means the
+    current folder to Python, so none is added or dropped."""
+    return BOOTSTRAP_DIR if not original else BOOTSTRAP_DIR + os.pathsep + original
+
+
 def child_environment(run_dir: str, run_id: str, opts: RecordOptions,
                       role: multinode.NodeRole | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [BOOTSTRAP_DIR, PACKAGE_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONPATH"] = injected_pythonpath(env.get("PYTHONPATH"))
     env[session.ENV_RUN_DIR] = run_dir
     env[session.ENV_RUN_ID] = run_id
     env[session.ENV_WINDOW] = opts.window.to_env()
@@ -136,7 +166,7 @@ def child_environment(run_dir: str, run_id: str, opts: RecordOptions,
         forwarded = {k: env[k] for k in (session.ENV_RUN_DIR, session.ENV_RUN_ID, session.ENV_WINDOW, CUPTI_TEARDOWN)
                      if k in env}
         path, warnings = multinode.write_deepspeed_env(run_dir, forwarded, env, os.path.expanduser("~"),
-                                                       os.getcwd(), [BOOTSTRAP_DIR, PACKAGE_PARENT])
+                                                       os.getcwd(), [BOOTSTRAP_DIR])
         env["DS_ENV_FILE"] = path
         for warning in warnings:
             print(f"dstrace: warning: {warning}", file=sys.stderr)
@@ -153,8 +183,10 @@ def record(opts: RecordOptions) -> int:
         raise UserError(f"this is {role.node} of a {role.nnodes}-node run: every node's dstrace record needs the "
                         "same run id; pass --run-id ID (e.g. the job id) or torchrun's --rdzv-id")
     run_id = run_id or uuid.uuid4().hex[:12]
-    default_dir = os.path.join("traces", run_id) if role is not None else default_run_dir(opts.command)
-    run_dir = prepare_run_dir(opts.output or default_dir, opts.force, role, run_id)
+    if opts.output is None and role is None:
+        run_dir = claim_new_dir(default_run_dir(opts.command))
+    else:
+        run_dir = prepare_run_dir(opts.output or os.path.join("traces", run_id), opts.force, role, run_id)
     run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=opts.command,
                     cwd=os.getcwd(), started=time.time(), status="running")
     run_file = os.path.join(run_dir, RUN_FILE) if role is None else multinode.node_record_path(run_dir, role.node)
@@ -229,6 +261,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
             if rank_part.isdigit():
                 traces.setdefault(int(rank_part), []).append(name)
     world = 0
+    no_trace: dict[int, str] = {}
     for name in sorted(os.listdir(run_dir)):
         if not name.endswith(MANIFEST_SUFFIX):
             continue
@@ -244,24 +277,47 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
             detail = f": {m.exit_error['type']}: {m.exit_error['message'][:200]}" if m.exit_error else ""
             run.problems.append(f"rank {m.rank} {status}{detail}")
         run.ranks.append(RankStatus(rank=m.rank, status=status, manifest=name, traces=traces.get(m.rank, [])))
+        reason = why_no_trace(m) if not traces.get(m.rank) else None
+        if reason:
+            no_trace[m.rank] = reason
         world = max(world, m.world_size)
     found = {r.rank for r in run.ranks}
     run.world_size = world or None
     run.missing_ranks = [r for r in range(world) if r not in found] if node is None else []
     if run.missing_ranks:
-        run.problems.append(f"no manifest from rank(s) {run.missing_ranks}")
+        run.problems.append(f"no manifest from {ranks_text(run.missing_ranks)}")
+    run.problems.extend(_unrecorded(run_dir))
     if not run.ranks:
         run.problems.append("no rank was recorded: did the command start Python processes that "
                             "use torch, DeepSpeed or transformers?")
     if exit_code != 0:
         run.problems.append(f"the command exited with code {exit_code}")
+    by_reason: dict[str, list[int]] = {}
+    for rank, reason in sorted(no_trace.items()):
+        by_reason.setdefault(reason, []).append(rank)
+    run.notes = [f"{ranks_text(ranks)}: no trace: {reason}" for reason, ranks in by_reason.items()]
     complete = not run.problems and all(r.status == "complete" for r in run.ranks)
     run.status = "complete" if complete else "incomplete"
+
+
+def _unrecorded(run_dir: str) -> list[str]:
+    """The notes of ranks whose interpreter could not run dstrace's recording code (bootstrap/sitecustomize)."""
+    out = []
+    for name in sorted(os.listdir(run_dir)):
+        if name.startswith(UNRECORDED_PREFIX) and name.endswith(".json"):
+            try:
+                note = read_json_object(os.path.join(run_dir, name))
+            except (OSError, ValueError):
+                continue
+            who = f"rank {note.get('rank')}" if note.get("rank") is not None else f"pid {note.get('pid')}"
+            out.append(f"{who} on {note.get('host')} ran unrecorded: its Python {note.get('python')} "
+                       f"({note.get('executable')}) cannot run dstrace's recording code ({note.get('error')})")
+    return out
 
 
 def _report(run: RunRecord, run_dir: str) -> None:
     traces = sum(len(r.traces) for r in run.ranks)
     print(f"dstrace: {run.status} run: {len(run.ranks)} rank(s) of world {run.world_size}, "
           f"{traces} trace(s), in {run_dir}", file=sys.stderr)
-    for problem in run.problems:
-        print(f"dstrace: {problem}", file=sys.stderr)
+    for line in run.notes + run.problems:
+        print(f"dstrace: {line}", file=sys.stderr)

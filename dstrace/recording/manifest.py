@@ -11,11 +11,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..atomic import write_text_atomic
+
 MANIFEST_SCHEMA = "dstrace.manifest/1"
 RUN_SCHEMA = "dstrace.run/1"
 MANIFEST_SUFFIX = ".manifest.json"
 RUN_FILE = "run.json"
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+# unrecorded.<host>.<pid>.json: a rank whose interpreter could not run the recording code (the bootstrap's
+# sitecustomize writes it, and cannot import this module to share the name)
+UNRECORDED_PREFIX = "unrecorded."
+MAX_RECORD_BYTES = 64 << 20  # a manifest with a 70B model's inventory is about 2 MB
 
 
 @dataclass
@@ -112,6 +118,41 @@ class Manifest:
     exit_error: dict | None = None
 
 
+def ranks_text(ranks) -> str:
+    """rank 3; ranks 0-3, 7, 9-12: hundreds of ranks stay one line."""
+    ranks = sorted(ranks)
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(out)
+
+
+def why_no_trace(m: Manifest) -> str | None:
+    """Why this rank left no trace, in the user's terms; None when it has one or should have had one.
+
+    Said from what the rank recorded: the mode, and its calls and their forward steps against the window.
+    """
+    w = m.window
+    if w is None or w.trace_file:
+        return None
+    if w.mode == "annotate":
+        return "annotate mode records ranges and timings, no trace (use --mode full for one)"
+    wanted = f"the window (call {w.call}, steps {w.start}-{w.start + w.steps - 1}) was never reached"
+    if not m.calls:
+        return f"{wanted}: no chat()/generate() call ran"
+    if w.call > len(m.calls):
+        return f"{wanted}: {len(m.calls)} call(s) ran; choose one with --window-call 1..{len(m.calls)}"
+    steps = len(m.calls[w.call - 1].step_ms)
+    if steps <= w.start:
+        return (f"{wanted}: call {w.call} has {steps} forward step(s); the window starts at step {w.start} "
+                f"(choose --window-start 0..{max(steps - 1, 0)})")
+    return None
+
+
 @dataclass
 class RankStatus:
     rank: int
@@ -134,21 +175,12 @@ class RunRecord:
     ranks: list[RankStatus] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what is worth knowing but loses nothing, e.g. no window
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Write to a temporary name in the same folder, then rename: readers never see half a file, and a
-    write that fails leaves no temporary file behind (the error still reaches the caller)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(payload, f, indent=1, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Readers never see half a file, and no link is followed (`atomic.write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(payload, indent=1, default=str))
 
 
 def to_json(obj: Any) -> Any:
@@ -179,19 +211,28 @@ def _build(cls, data: dict):
     return cls(**kwargs)
 
 
+def read_json_object(path: str) -> dict:
+    """A small JSON object from a run folder; ValueError for anything else (too large, not an object)."""
+    with open(path, "rb") as f:
+        raw = f.read(MAX_RECORD_BYTES + 1)
+    if len(raw) > MAX_RECORD_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_RECORD_BYTES >> 20} MiB: not a file dstrace wrote")
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds {type(data).__name__}, not a JSON object")
+    return data
+
+
+def _read_record(path: str, cls, schema: str, what: str):
+    data = read_json_object(path)
+    if data.get("schema") != schema:
+        raise ValueError(f"{path} is not a dstrace {what} (schema {data.get('schema')!r})")
+    return _build(cls, data)
+
+
 def read_manifest(path: str) -> Manifest:
-    with open(path) as f:
-        data = json.load(f)
-    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
-        schema = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{path} is not a dstrace manifest (schema {schema!r})")
-    return _build(Manifest, data)
+    return _read_record(path, Manifest, MANIFEST_SCHEMA, "manifest")
 
 
 def read_run(path: str) -> RunRecord:
-    with open(path) as f:
-        data = json.load(f)
-    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
-        schema = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{path} is not a dstrace run record (schema {schema!r})")
-    return _build(RunRecord, data)
+    return _read_record(path, RunRecord, RUN_SCHEMA, "run record")

@@ -9,6 +9,7 @@ import os
 import pathlib
 import sys
 
+from dstrace.atomic import write_text_atomic
 from dstrace.errors import UserError
 
 REPORT_NAME = "dstrace-report.html"
@@ -25,8 +26,7 @@ def write_report(run_dir: str, output: str | None = None, clock_policy: str = "a
         print(f"dstrace: warning: {warning}", file=sys.stderr)
     path = os.path.abspath(output or os.path.join(run_dir, REPORT_NAME))
     try:
-        with open(path, "w") as f:
-            f.write(render(analysis, "html"))
+        write_text_atomic(path, render(analysis, "html"))
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path

@@ -63,7 +63,7 @@ def steps_line(a: Analysis) -> str | None:
     s = a.steps
     if s is None:
         return None
-    line = f"{s.count} decode steps, median {s.ms_median:.2f} ms/step ({s.source})"
+    line = f"{s.count} decode steps per call and rank, median {s.ms_median:.2f} ms/step ({s.source})"
     if s.manifest_ms_median is not None and s.source != "manifest step_ms":
         line += f"; manifest median {s.manifest_ms_median:.2f} ms/step over whole calls"
     if s.gathered_bytes_median is not None:
