@@ -1,37 +1,67 @@
 # Everything the project needs on a fresh machine: `make demo` and `make test` set it all up.
+#
+# Two environments, as the README recommends for users:
+#   .venv/       dstrace's own: dstrace (editable), its analysis dependencies, and the tests' workloads
+#                (torch, the current DeepSpeed and transformers).
+#   .cache/era/  a job's environment of the report's era (torch, DeepSpeed 0.16.1, transformers 4.47):
+#                the demo records it with dstrace from .venv, which lends it nothing.
+# DeepSpeed 0.16.1 is also installed as a bare folder (.cache/deepspeed-0.16.1) that tests put on the
+# PYTHONPATH of .venv's own jobs, to compare releases under one transformers.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.dstrace-installed
-# DeepSpeed of the report's era (0.16.x: the tensor_parallel block is accepted and ignored),
-# installed beside the current release and put first on PYTHONPATH where a run needs it.
+ERA := $(abspath .cache/era)
+ERA_STAMP := $(ERA)/.installed
 DS_ERA := $(abspath .cache/deepspeed-0.16.1)
 DS_ERA_STAMP := $(DS_ERA)/deepspeed/__init__.py
-export DS_ACCELERATOR ?= cpu
+# torch 2.13.0 is the CPU build that lies on this machine's disk (pip takes it from there).
+TORCH := torch==2.13.0
+# The tests' workloads in .venv: the current DeepSpeed release refuses the report's tp_size.
+TEST_WORKLOADS := deepspeed==0.19.8 'transformers>=5.17,<6'
+ERA_WORKLOADS := deepspeed==0.16.1 transformers==4.47.1 accelerate==1.2.1
+# DeepSpeed's setup imports torch when DS_ACCELERATOR is set, and pip builds its source archive in an
+# isolated environment without torch: every install runs with the variable unset.
+PIP_INSTALL = env -u DS_ACCELERATOR DS_BUILD_OPS=0 $(1)/python -m pip install -q
 
 .PHONY: demo test install browser
 
-install: $(STAMP) $(DS_ERA_STAMP)
+install: $(STAMP) $(DS_ERA_STAMP) $(ERA_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0  # the CPU build that lies on this machine's disk
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(call PIP_INSTALL,$(BIN)) --upgrade pip
+	$(call PIP_INSTALL,$(BIN)) $(TORCH)
+	$(call PIP_INSTALL,$(BIN)) -e '.[demo,test]' $(TEST_WORKLOADS)
 	touch $@
 
-$(DS_ERA_STAMP): $(STAMP)
-	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-deps --target $(DS_ERA) deepspeed==0.16.1
+$(DS_ERA_STAMP): | $(STAMP)
+	$(call PIP_INSTALL,$(BIN)) --no-deps --target $(DS_ERA) deepspeed==0.16.1
 
+$(ERA_STAMP):
+	$(PYTHON) -m venv $(ERA)
+	$(call PIP_INSTALL,$(ERA)/bin) $(TORCH)
+	$(call PIP_INSTALL,$(ERA)/bin) $(ERA_WORKLOADS)
+	touch $@
+
+# Record the report's setup (ZeRO-3 with tensor_parallel.tp_size=2, 2 ranks on CPU) in the era's
+# environment, keep the job's own output in traces/demo.log, then explain the run.
 demo: install
-	rm -rf traces/demo
-	PYTHONPATH=$(DS_ERA) $(BIN)/dstrace record -o traces/demo -- \
-	  $(BIN)/torchrun --nproc_per_node 2 launch/zero3_chat.py --size tiny --tp-size 2 --max-new-tokens 16
-	$(BIN)/dstrace analyze traces/demo
+	@rm -rf traces/demo traces/demo.log
+	@mkdir -p traces
+	@echo "dstrace: recording 2 ranks of launch/zero3_chat.py (DeepSpeed 0.16.1, ZeRO-3, tp_size=2) on CPU;" \
+	  "the job's output goes to traces/demo.log"
+	@DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 $(BIN)/dstrace record -o traces/demo -- \
+	  $(ERA)/bin/python -m torch.distributed.run --standalone --nproc_per_node 2 \
+	  launch/zero3_chat.py --size tiny --tp-size 2 --max-new-tokens 16 >traces/demo.log 2>&1 \
+	  || { tail -n 40 traces/demo.log; echo "dstrace: the demo's recording failed; its log: traces/demo.log"; exit 1; }
+	@grep '^dstrace:' traces/demo.log
+	@$(BIN)/dstrace analyze traces/demo
+	@echo "dstrace: run dstrace yourself with $(BIN)/dstrace (or: . $(BIN)/activate), e.g. $(BIN)/dstrace view traces/demo --report"
 
 # Debian's Chromium for the browser tests of `dstrace view` (Playwright drives it; it downloads no browser).
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 test: install browser
-	DSTRACE_DEEPSPEED_ERA=$(DS_ERA) $(BIN)/python -m pytest -q
+	DS_ACCELERATOR=cpu DSTRACE_DEEPSPEED_ERA=$(DS_ERA) DSTRACE_ERA_PYTHON=$(ERA)/bin/python $(BIN)/python -m pytest -q

@@ -15,8 +15,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, place_rank, timed_chat,  # noqa: E402
-                          pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, dtype_argument, place_rank,  # noqa: E402
+                          timed_chat, pixel_values, prompt_for, set_local_size_for_cpu_allreduce)
 
 SEED = 0  # every rank builds the same random weights, as if all had loaded one checkpoint
 
@@ -37,7 +37,7 @@ def build_model(size: str, dtype, device) -> NVLMStandIn:
     """The full model on this rank's device, same weights on every rank; AutoTP then keeps a shard."""
     torch.manual_seed(SEED)
     with device:
-        return NVLMStandIn._from_config(build_config(size), dtype=dtype)
+        return NVLMStandIn._from_config(build_config(size), **dtype_argument(dtype))
 
 
 def main(argv=None) -> None:

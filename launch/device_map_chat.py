@@ -12,7 +12,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, dispatch_over_gpus,  # noqa: E402
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, dispatch_over_gpus, dtype_argument,  # noqa: E402
                           timed_chat, pixel_values, prompt_for)
 
 
@@ -30,7 +30,7 @@ def main(argv=None) -> None:
     if cuda:
         model = dispatch_over_gpus(build_config(args.size), dtype)
     else:
-        model = NVLMStandIn._from_config(build_config(args.size), dtype=dtype)
+        model = NVLMStandIn._from_config(build_config(args.size), **dtype_argument(dtype))
     model.eval()
     first = next(model.parameters()).device
     tokenizer = ByteTokenizer(model.config.llm_config["vocab_size"])

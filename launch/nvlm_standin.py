@@ -115,6 +115,15 @@ def dispatch_over_gpus(config: NVLMStandInConfig, dtype) -> NVLMStandIn:
     return dispatch_model(model, device_map=device_map)
 
 
+def dtype_argument(dtype) -> dict:
+    """The dtype keyword of `from_pretrained`/`_from_config`: `dtype` from transformers 4.56 on, `torch_dtype`
+    before it (the report's era, 4.4x)."""
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
 def build_config(size: str) -> NVLMStandInConfig:
     if size not in SIZES:
         raise SystemExit(f"unknown size {size!r}: choose one of {', '.join(SIZES)}")

@@ -14,8 +14,8 @@ import time
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, pixel_values, place_rank,  # noqa: E402
-                          prompt_for, set_local_size_for_cpu_allreduce, timed_chat)
+from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, dtype_argument, pixel_values,  # noqa: E402
+                          place_rank, prompt_for, set_local_size_for_cpu_allreduce, timed_chat)
 
 CHECKPOINT_WAIT_S = 900
 
@@ -75,6 +75,7 @@ def ensure_checkpoint(path: str, size: str, dtype, rank: int) -> None:
 def build(args):
     """The report's set-up, up to a model ready to chat: (model, tokenizer, pixels, prompt, place)."""
     import deepspeed
+    import transformers
     from transformers.integrations import HfDeepSpeedConfig
 
     place = place_rank(args.dtype)
@@ -84,11 +85,13 @@ def build(args):
     dschf = HfDeepSpeedConfig(config)  # noqa: F841 - must stay alive: from_pretrained builds under zero.Init
 
     if args.load == "pretrained":
-        path = args.checkpoint_dir or os.path.join("/tmp", f"dstrace-standin-{args.size}")
+        # One checkpoint per transformers release: the report's era (4.4x) and today's save differently.
+        default = f"dstrace-standin-{args.size}-transformers{transformers.__version__}"
+        path = args.checkpoint_dir or os.path.join("/tmp", default)
         ensure_checkpoint(path, args.size, place.dtype, place.rank)
-        model = NVLMStandIn.from_pretrained(path, dtype=place.dtype)
+        model = NVLMStandIn.from_pretrained(path, **dtype_argument(place.dtype))
     else:
-        model = NVLMStandIn._from_config(build_config(args.size), dtype=place.dtype)
+        model = NVLMStandIn._from_config(build_config(args.size), **dtype_argument(place.dtype))
     engine, *_ = deepspeed.initialize(model=model, config_params=config)
     model = engine.module.eval()
 

@@ -61,6 +61,15 @@ def deepspeed_era_path() -> str:
     return path
 
 
+def era_python() -> str:
+    """The python of a job environment of the report's era (DeepSpeed 0.16.1, transformers 4.47), made by
+    `make test` apart from dstrace's own environment."""
+    path = os.environ.get("DSTRACE_ERA_PYTHON")
+    if not path or not os.path.isfile(path):
+        pytest.skip("DSTRACE_ERA_PYTHON is not set: run the tests with `make test`")
+    return path
+
+
 def free_port() -> int:
     """A port for the launcher's rendezvous: the default 29500 may be taken by another job on the machine."""
     with socket.socket() as s:

@@ -1,0 +1,47 @@
+"""Installing dstrace changes nothing a recorded job depends on."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import zipfile
+
+from tests.conftest import era_python
+from tests.install.conftest import packages, pip
+
+WORKLOADS = ("torch", "deepspeed", "transformers", "accelerate")
+
+
+def requirements(wheel: str) -> list[str]:
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def test_the_wheel_requires_no_workload_library_and_pins_nothing(wheel):
+    core = [r for r in requirements(wheel) if "extra ==" not in r]
+    names = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in core}
+    assert names and not names & set(WORKLOADS), core
+    assert not [r for r in core if "==" in r], core
+    demo = [r for r in requirements(wheel) if "extra == \"demo\"" in r]
+    assert {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower() for r in demo} >= set(WORKLOADS)
+
+
+def test_pip_install_into_a_job_environment_of_the_report_era_keeps_its_libraries(tmp_path, wheel):
+    """A copy of the era's job environment (DeepSpeed 0.16.1, transformers 4.47): `pip install dstrace` there
+    adds dstrace and what its analysis needs, and upgrades or downgrades none of the job's libraries."""
+    source = os.path.dirname(os.path.dirname(era_python()))
+    env_dir = tmp_path / "job-env"
+    shutil.copytree(source, env_dir, symlinks=True)
+    python = str(env_dir / "bin" / "python")
+    before = packages(python)
+    assert before["deepspeed"] == "0.16.1" and before["transformers"].startswith("4.")
+    r = pip(python, "install", "-q", wheel)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = packages(python)
+    assert "dstrace" in after
+    assert {name: after.get(name) for name in WORKLOADS} == {name: before[name] for name in WORKLOADS}
+    r = subprocess.run([python, "-m", "dstrace.cli", "--version"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("dstrace "), r.stderr
