@@ -55,8 +55,8 @@ def step_time(manifests: dict[int, Manifest], steps: pd.DataFrame | None = None,
         return None
     decode = decode_steps(steps)
     return StepTime(float(decode["ms"].median()), len(decode),
-                    f"the {decode['step'].nunique()} profiled decode steps in the traces ({source or 'step ranges'}), "
-                    "profiler overhead included: no manifests, so the run's other steps are not seen")
+                    f"profiled decode steps in the traces ({source or 'step ranges'}, {decode['step'].nunique()} per "
+                    "rank), profiler overhead included: no manifests, so the run's other steps are not seen")
 
 
 def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:
