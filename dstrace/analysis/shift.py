@@ -50,8 +50,9 @@ def find_shift(step_ms: list[float], first_step: int = 1) -> tuple[int, float, f
     """(index of the first step of the second level, level before, level after) or None.
 
     The split is the one that leaves the least absolute deviation (in log time) from each side's median;
-    it is a shift when the medians differ by SHIFT_RATIO or more and the two sides' interquartile ranges
-    do not overlap (a sustained level, not a few outliers). `first_step` is the index of step_ms[0].
+    it is a shift when the medians differ by SHIFT_RATIO or more, the two sides' interquartile ranges
+    do not overlap, and each side holds at least MIN_LEVEL_STEPS steps on its own side of the midpoint
+    between the levels (a sustained level, not a few outliers). `first_step` is the index of step_ms[0].
     """
     x = np.asarray(step_ms, dtype=float)
     if len(x) < 2 * MIN_LEVEL_STEPS or (x <= 0).any():
@@ -69,6 +70,9 @@ def find_shift(step_ms: list[float], first_step: int = 1) -> tuple[int, float, f
         return None
     (l_lo, l_hi), (r_lo, r_hi) = _iqr(left), _iqr(right)
     if l_lo <= r_hi and r_lo <= l_hi:
+        return None
+    mid = float(np.sqrt(before * after))
+    if min(((left > mid) == (before > mid)).sum(), ((right > mid) == (after > mid)).sum()) < MIN_LEVEL_STEPS:
         return None
     return first_step + best, before, after
 
