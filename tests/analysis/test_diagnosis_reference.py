@@ -229,3 +229,29 @@ def test_report_formats_show_cause_remedy_and_the_legend(runs):
     assert "why: " in text and "what to do: " in text and "Columns" in text and "busbw w/o wait:" in text
     assert f"  - why: {f.cause}" in md and "[docs/root-cause.md" in md and "<summary>Columns</summary>" in md
     assert "<b>why</b>" in html and 'href="docs/root-cause.md' in html and "<dt>busbw w/o wait</dt>" in html
+
+
+def test_root_cause_table_is_what_the_committed_traces_say():
+    """docs/root-cause.md's per-rank table of the ZeRO-3 runs, row by row, against `dstrace analyze`."""
+    with open(os.path.join(ROOT, "docs", "root-cause.md")) as f:
+        doc = f.read()
+    section = doc[doc.index("**Where the ZeRO-3 step goes on the H200s.**"):]
+    rows, run = [], None
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 8 or not re.fullmatch(r"\d", cells[3]):
+            continue
+        named = re.match(r"\[`traces/([^`]+)`\]", cells[0])
+        run = named.group(1) if named else run
+        rows.append((run, cells[2], int(cells[3]), *(float(re.match(r"[\d.]+", c).group()) for c in cells[4:])))
+    assert len(rows) == 6
+    for run, ms_step, rank, idle, wait, transfer, busbw in rows:
+        a = analyze_dir(os.path.join(TRACES, run))
+        s = a.ranks[rank]
+        gather = s.collectives["AllGather"]
+        if ms_step:
+            assert float(ms_step) == round(a.steps.ms_per_step, 1)
+        assert idle == round(100 * s.idle_us / s.span_us)
+        assert wait == round(100 * s.wait_us / s.comm_us)
+        assert transfer == round(gather.transfer_us / a.steps.per_rank[rank]["count"] / 1e3, 1)
+        assert busbw == round(gather.busbw_transfer_GBps)
