@@ -62,10 +62,13 @@ HOST_BOUND_MOSTLY_SHARE = 0.5
 """Say the host was "mostly in X" only when X overlaps at least half of the GPU's idle time; otherwise
 name the top three with their shares, so no single item is blamed for time it does not hold."""
 
-STRAGGLER_CAUSED_SHARE = 2 / 3
-"""A straggler makes the others wait: one rank causing at least twice the peer wait of all other ranks
-together is consistently late. Below that, the late rank changes from collective to collective (each
-rank's host falls behind in turn): jitter, which no single rank explains."""
+STRAGGLER_SHARE = 2 / 3
+"""A straggler is consistently late: it arrives last to at least twice as many of the waited-on
+collectives as all other ranks together, or causes twice their peer wait. Either suffices: counts alone
+are diluted by collectives whose wait is tiny either way, wait alone by one long wait (the first
+collective of a window absorbing the ranks' different profiler start times). Below both, the last rank
+changes from collective to collective (each rank's host falls behind in turn): jitter, which no single
+rank explains."""
 
 AUTOTP_FIXED = (0, 16, 4)
 """DeepSpeed 0.16.0-0.16.3 have no `tensor_parallel` key in the training config (the block is accepted
@@ -180,12 +183,12 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | N
             for r, s in ranks.items() if s.caused_wait_us > 0}
     caused_total = sum(v["caused_wait_us"] for v in late.values())
     late_total = sum(v["late_count"] for v in late.values())
-    worst_late = max(late, key=lambda r: late[r]["caused_wait_us"]) if late else None
-    straggler = worst_late if worst_late is not None and \
-        late[worst_late]["caused_wait_us"] >= STRAGGLER_CAUSED_SHARE * caused_total else None
+    straggler = next((r for r, v in sorted(late.items())
+                      if v["late_count"] >= STRAGGLER_SHARE * late_total
+                      or v["caused_wait_us"] >= STRAGGLER_SHARE * caused_total), None)
     evidence = {
         "threshold_wait_share": PEER_WAIT_SHARE, "threshold_min_span_fraction": PEER_WAIT_MIN_SPAN_FRACTION,
-        "threshold_straggler_caused_share": STRAGGLER_CAUSED_SHARE,
+        "threshold_straggler_share": STRAGGLER_SHARE,
         "waiting": {str(r): {"wait_us": s.wait_us, "comm_us": s.comm_us, "wait_share": s.wait_us / s.comm_us,
                              "span_us": s.span_us, "waited_for_us": {str(p): w for p, w in s.waited_for.items()}}
                     for r, s in sorted(hit.items())},
@@ -225,7 +228,8 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | N
         parts.append(waits(r, s) + (f", mostly for rank {peer}" if peer is not None else ""))
     v = late[straggler]
     summary = "; ".join(parts) + (f"; rank {straggler} arrives last to {v['late_count']} of {late_total} waited-on "
-                                  f"collectives and causes {v['caused_wait_us'] / caused_total:.0%} of all peer wait")
+                                  f"collectives ({v['late_count'] / late_total:.0%}) and causes "
+                                  f"{v['caused_wait_us'] / caused_total:.0%} of all peer wait")
     slow = host_bound.get(straggler)
     why = (f"rank {straggler}'s host is late to launch them (its GPU idles {slow[0].idle_us / slow[0].span_us:.0%} "
            "of the span waiting for the host, see host-bound)" if slow else

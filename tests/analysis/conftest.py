@@ -31,7 +31,7 @@ def run_gloo_job(out, *extra: str) -> None:
 
 @pytest.fixture(scope="session")
 def gloo_run_dir(tmp_path_factory):
-    """Real CPU traces: torchrun of gloo_job.py, 2 ranks, rank 1 late to every AllGather."""
+    """Real CPU traces: torchrun of gloo_job.py, 2 ranks, rank 1 late to every collective."""
     out = tmp_path_factory.mktemp("gloo_run")
     run_gloo_job(out)
     return out

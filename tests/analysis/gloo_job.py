@@ -29,6 +29,8 @@ def plain_steps(rank: int, world: int, weight_shard, x, prof) -> None:
             time.sleep(LATE_RANK_SLEEP_S)
         dist.all_gather_into_tensor(full, weight_shard)
         y = torch.tanh((x @ full[:64]) @ weight_shard)
+        if rank == 1:
+            time.sleep(LATE_RANK_SLEEP_S)
         dist.all_reduce(y)
         prof.step()
 
@@ -66,6 +68,8 @@ def main(out_dir: str, plain: bool = False) -> None:
                     y = x @ full[:64]
                     for _ in range(3):
                         y = torch.tanh(y @ weight_shard)
+                    if rank == 1:
+                        time.sleep(LATE_RANK_SLEEP_S)
                     dist.all_reduce(y)
         prof.add_metadata_json("dstrace", json.dumps({"run_id": os.environ.get("DSTRACE_TEST_RUN_ID", "test-run"),
                                                       "rank": rank, "world_size": world, "window": {"steps": STEPS}}))

@@ -1,4 +1,4 @@
-"""Real 2-rank gloo runs on CPU (rank 1 late to every AllGather): the straggler's cause and remedy, the
+"""Real 2-rank gloo runs on CPU (rank 1 late to every collective): the straggler's cause and remedy, the
 wait/transfer split, and `dstrace compare` over a folder of plain torch.profiler traces."""
 from __future__ import annotations
 
