@@ -168,6 +168,11 @@ def place_rank(dtype_choice: str) -> Placement:
     return Placement(rank, local_rank, world, device, torch.bfloat16 if bf16 else torch.float32)
 
 
+MS_PER_TOKEN_COVERS = ("the call's wall time over its new tokens: prefill, every step and any profiler window "
+                       "included; `dstrace analyze` prints ms per decode step without the prefill and the "
+                       "profiled steps")
+
+
 def timed_chat(model, tokenizer, pixels, prompt: str, max_new_tokens: int, rank: int, call: int,
                result: str | None = None, **extra) -> dict:
     """One chat() call, timed to the last GPU kernel, printed (and appended to `result`) as a JSON line:
@@ -182,7 +187,7 @@ def timed_chat(model, tokenizer, pixels, prompt: str, max_new_tokens: int, rank:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     line = {"rank": rank, "call": call, "wall_s": wall, "tokens": max_new_tokens,
-            "ms_per_token": wall * 1e3 / max_new_tokens, **extra}
+            "ms_per_token": wall * 1e3 / max_new_tokens, "ms_per_token_covers": MS_PER_TOKEN_COVERS, **extra}
     print(json.dumps(line), flush=True)
     if result:
         with open(result, "a") as f:

@@ -1,15 +1,22 @@
 """Findings: conclusions a DeepSpeed user can act on, each stated only when its evidence holds.
 
 Every finding has a stable id (documented in docs/analysis-schema.md), the ranks it concerns, a
-one-line summary with the numbers, and the evidence those numbers come from. Thresholds are named
+one-line summary with the numbers, the evidence those numbers come from, its cause and its remedy
+(built from what the run recorded: versions, the config as passed, the measurements). Thresholds are named
 constants; each says why it has the value it has.
 """
 from __future__ import annotations
 
+import json
 import re
+import statistics
 
 from dstrace.analysis.host import host_wait_share
 from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
+from dstrace.analysis.shift import (
+    SHIFT_RATIO, UNREPRESENTATIVE_RATIO, Shift, call_shifts, median_or_none, profiled_step_ms, window_place,
+)
+from dstrace.analysis.steps import MANIFEST_COVERS
 
 COMM_BOUND_EXPOSED_FRACTION = 0.30
 """Communication transfer not hidden behind compute above ~30% of the span is the largest single cost
@@ -51,6 +58,44 @@ def error_line(error: dict | None, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+HOST_BOUND_MOSTLY_SHARE = 0.5
+"""Say the host was "mostly in X" only when X overlaps at least half of the GPU's idle time; otherwise
+name the top three with their shares, so no single item is blamed for time it does not hold."""
+
+STRAGGLER_SHARE = 2 / 3
+"""A straggler is consistently late: it arrives last to at least twice as many of the waited-on
+collectives as all other ranks together, or causes twice their peer wait. Either suffices: counts alone
+are diluted by collectives whose wait is tiny either way, wait alone by one long wait (the first
+collective of a window absorbing the ranks' different profiler start times). Below both, the last rank
+changes from collective to collective (each rank's host falls behind in turn): jitter, which no single
+rank explains."""
+
+AUTOTP_FIXED = (0, 16, 4)
+"""DeepSpeed 0.16.0-0.16.3 have no `tensor_parallel` key in the training config (the block is accepted
+and ignored); from 0.16.4 it parses into `TPTrainingConfig`, which refuses `tp_size`."""
+
+SPLIT_REMEDY = ("to split the computation, use `deepspeed.init_inference(model, "
+                "tensor_parallel={\"tp_size\": N})` (AutoTP: each rank holds ~1/N of every Linear and all-reduces "
+                "activations; all ranks of a TP group must get the same input), a HF `device_map` in one process "
+                "(layers spread over the GPUs), or transformers' `from_pretrained(..., tp_plan=\"auto\")` under "
+                "torchrun; `dstrace compare` of these configurations measures each")
+
+DOCS = {
+    "tp-config-rejected": "docs/root-cause.md#1-the-mechanism",
+    "tp-not-applied": "docs/root-cause.md#1-the-mechanism",
+    "zero3-gathers-model-per-step": "docs/root-cause.md#1-the-mechanism",
+    "communication-bound": "docs/analysis-schema.md#findings",
+    "peer-wait": "docs/analysis-schema.md#cross-rank-alignment",
+    "mutual-wait": "docs/analysis-schema.md#cross-rank-alignment",
+    "host-bound": "docs/analysis-schema.md#findings",
+    "step-time-shift": "docs/analysis-schema.md#step-time-shift",
+    "window-not-representative": "docs/analysis-schema.md#step-time-shift",
+}
+"""Where each finding is explained at length (paths in the dstrace repository)."""
+
+
+def _finding(id_: str, ranks: list[int], summary: str, evidence: dict, cause: str, remedy: str) -> Finding:
+    return Finding(id_, ranks, summary, evidence, cause=cause, remedy=remedy, docs=DOCS[id_])
 
 
 def _gb(n: float) -> str:
@@ -59,6 +104,17 @@ def _gb(n: float) -> str:
 
 def _ms(us: float) -> str:
     return f"{us / 1e3:.1f} ms"
+
+
+def _version(run: LoadedRun, package: str) -> str | None:
+    found = sorted({m.versions.get(package) for m in run.manifests.values() if m.versions.get(package)})
+    return ", ".join(found) if found else None
+
+
+def _release(version: str | None) -> tuple[int, ...] | None:
+    """`0.16.1+abc` -> (0, 16, 1); None when it does not start with numbers."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    return tuple(int(x) for x in m.groups()) if m else None
 
 
 def _exposed_transfer(s: RankSummary) -> float:
@@ -76,7 +132,8 @@ def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding |
         kinds = sorted(s.collectives.items(), key=lambda kv: kv[1].kernel_us, reverse=True)
         evidence[str(r)] = {
             "span_us": s.span_us, "exposed_comm_us": s.exposed_comm_us, "wait_us": s.wait_us,
-            "exposed_transfer_us": _exposed_transfer(s), "exposed_fraction": _exposed_transfer(s) / s.span_us, "comm_us": s.busy_us.get("communication", 0.0),
+            "exposed_transfer_us": _exposed_transfer(s), "exposed_fraction": _exposed_transfer(s) / s.span_us,
+            "comm_us": s.busy_us.get("communication", 0.0),
             "hta_comm_comp_overlap_pct": s.hta.get("comm_comp_overlap_pct"),
             "by_kind_us": {k: c.kernel_us for k, c in kinds},
         }
@@ -88,50 +145,105 @@ def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding |
     where = "GPU" if device == "gpu" else "host (CPU trace)"
     summary = (f"{pct} of {where} time is communication transfer not overlapped "
                "by compute (peer wait excluded)")
+    cause = f"collectives move data while nothing else runs: {pct} of the span is transfer no compute overlaps"
     if top_kind[0]:
         k, c = top_kind
         sizes = (f", {_gb(c.bytes)}, {c.busbw_GBps:.1f} GB/s bus bandwidth, {c.busbw_transfer_GBps:.1f} GB/s "
                  "excluding peer wait") if c.bytes else ""
         summary += f"; mostly {k} ({c.count} calls, {_ms(c.kernel_us)}{sizes})"
-    return Finding("communication-bound", sorted(hit), summary,
-                   {"threshold_exposed_fraction": COMM_BOUND_EXPOSED_FRACTION, "ranks": evidence})
+        cause += f", mostly {k} ({_gb(c.bytes)} in {c.count} calls)" if c.bytes else f", mostly {k}"
+    remedy = ("move fewer bytes per step (ZeRO-3 re-gathers weights every forward; AutoTP or a device_map move "
+              "activations only; several prompts per forward share each transfer), or overlap it with compute "
+              "(ZeRO-3 `overlap_comm`, `stage3_prefetch_bucket_size`); check the link with nccl-tests when "
+              "'busbw w/o wait' is well below what the interconnect should reach")
+    return _finding("communication-bound", sorted(hit), summary,
+                    {"threshold_exposed_fraction": COMM_BOUND_EXPOSED_FRACTION, "ranks": evidence}, cause, remedy)
 
 
-def peer_wait(ranks: dict[int, RankSummary]) -> Finding | None:
-    hit = {r: s for r, s in ranks.items() if s.comm_us > 0 and s.span_us > 0
-           and s.wait_us / s.comm_us >= PEER_WAIT_SHARE and s.wait_us >= PEER_WAIT_MIN_SPAN_FRACTION * s.span_us}
-    if not hit:
-        return None
-    late = {r: {"late_count": s.late_count, "caused_wait_us": s.caused_wait_us}
-            for r, s in ranks.items() if s.caused_wait_us > 0}
-    worst_late = max(late, key=lambda r: late[r]["caused_wait_us"]) if late else None
-    parts = []
-    for r, s in sorted(hit.items()):
-        peer = max(s.waited_for, key=s.waited_for.get) if s.waited_for else None
-        parts.append(f"rank {r} waits {_ms(s.wait_us)} ({s.wait_us / s.comm_us:.0%} of its collective time)"
-                     + (f", mostly for rank {peer}" if peer is not None else ""))
-    summary = "; ".join(parts)
-    if worst_late is not None:
-        summary += f"; rank {worst_late} arrives last to {late[worst_late]['late_count']} collectives"
-    evidence = {
-        "threshold_wait_share": PEER_WAIT_SHARE, "threshold_min_span_fraction": PEER_WAIT_MIN_SPAN_FRACTION,
-        "waiting": {str(r): {"wait_us": s.wait_us, "comm_us": s.comm_us, "wait_share": s.wait_us / s.comm_us,
-                             "span_us": s.span_us, "waited_for_us": {str(p): w for p, w in s.waited_for.items()}}
-                    for r, s in sorted(hit.items())},
-        "late_ranks": {str(r): v for r, v in sorted(late.items())},
-    }
-    return Finding("peer-wait", sorted(hit), summary, evidence)
-
-
-def host_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
+def _host_bound_ranks(ranks: dict[int, RankSummary], device: str) -> dict[int, tuple[RankSummary, float]]:
     if device != "gpu":
-        return None
+        return {}
     hit = {}
     for r, s in ranks.items():
         share = host_wait_share(s.hta)
         if s.span_us > 0 and share is not None and s.idle_us / s.span_us >= HOST_BOUND_IDLE_FRACTION \
                 and share >= HOST_BOUND_HOST_WAIT_SHARE:
             hit[r] = (s, share)
+    return hit
+
+
+def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | None:
+    """`peer-wait` when one rank is consistently late (a straggler), `mutual-wait` when every rank keeps
+    the others waiting in turn (jitter): two causes with different remedies."""
+    hit = {r: s for r, s in ranks.items() if s.comm_us > 0 and s.span_us > 0
+           and s.wait_us / s.comm_us >= PEER_WAIT_SHARE and s.wait_us >= PEER_WAIT_MIN_SPAN_FRACTION * s.span_us}
+    if not hit:
+        return None
+    late = {r: {"late_count": s.late_count, "caused_wait_us": s.caused_wait_us}
+            for r, s in ranks.items() if s.caused_wait_us > 0}
+    caused_total = sum(v["caused_wait_us"] for v in late.values())
+    late_total = sum(v["late_count"] for v in late.values())
+    straggler = next((r for r, v in sorted(late.items())
+                      if v["late_count"] >= STRAGGLER_SHARE * late_total
+                      or v["caused_wait_us"] >= STRAGGLER_SHARE * caused_total), None)
+    evidence = {
+        "threshold_wait_share": PEER_WAIT_SHARE, "threshold_min_span_fraction": PEER_WAIT_MIN_SPAN_FRACTION,
+        "threshold_straggler_share": STRAGGLER_SHARE,
+        "waiting": {str(r): {"wait_us": s.wait_us, "comm_us": s.comm_us, "wait_share": s.wait_us / s.comm_us,
+                             "span_us": s.span_us, "waited_for_us": {str(p): w for p, w in s.waited_for.items()}}
+                    for r, s in sorted(hit.items())},
+        "late_ranks": {str(r): {**v, "caused_share": v["caused_wait_us"] / caused_total if caused_total else None,
+                                "late_share": v["late_count"] / late_total if late_total else None}
+                       for r, v in sorted(late.items())},
+        "straggler": straggler,
+    }
+    host_bound = _host_bound_ranks(ranks, device)
+
+    def waits(r: int, s: RankSummary) -> str:
+        return f"rank {r} waits {_ms(s.wait_us)} ({s.wait_us / s.comm_us:.0%} of its collective time)"
+
+    if straggler is None:
+        shares = ", ".join(f"rank {r} {v['late_count']} ({v['late_count'] / late_total:.0%})"
+                           for r, v in sorted(late.items())) if late_total else "none matched"
+        summary = ("no rank is consistently late: " + "; ".join(waits(r, s) for r, s in sorted(hit.items()))
+                   + f"; the last to arrive changes from collective to collective (arrived last: {shares})")
+        everyone_host = set(hit) <= set(host_bound)
+        origin = ("host-side delays on every rank: each is host-bound (GPU idle " + ", ".join(
+            f"{host_bound[r][0].idle_us / host_bound[r][0].span_us:.0%} on rank {r}" for r in sorted(hit)) + ")"
+                  if everyone_host else "launch delays that move from rank to rank")
+        summary += f"; the waits come from {origin}"
+        cause = ("a collective finishes only when its last rank has launched it, and each rank's host falls "
+                 f"behind in turn, so every rank spends its collective kernels spinning for another: {origin}; "
+                 "the link is not what is slow")
+        remedy = ("shorten the host work between collectives on every rank (see host-bound: for ZeRO-3 that is "
+                  "its per-sub-module fetch and release hooks; fewer, larger all-gathers via "
+                  "`stage3_prefetch_bucket_size`, or no ZeRO-3 for inference), and read bandwidth from "
+                  "'busbw w/o wait': with the wait included it measures the hosts, not the link")
+        return _finding("mutual-wait", sorted(hit), summary, evidence, cause, remedy)
+
+    waiting = {r: s for r, s in hit.items() if r != straggler} or hit
+    parts = []
+    for r, s in sorted(waiting.items()):
+        peer = max(s.waited_for, key=s.waited_for.get) if s.waited_for else None
+        parts.append(waits(r, s) + (f", mostly for rank {peer}" if peer is not None else ""))
+    v = late[straggler]
+    summary = "; ".join(parts) + (f"; rank {straggler} arrives last to {v['late_count']} of {late_total} waited-on "
+                                  f"collectives ({v['late_count'] / late_total:.0%}) and causes "
+                                  f"{v['caused_wait_us'] / caused_total:.0%} of all peer wait")
+    slow = host_bound.get(straggler)
+    why = (f"rank {straggler}'s host is late to launch them (its GPU idles {slow[0].idle_us / slow[0].span_us:.0%} "
+           "of the span waiting for the host, see host-bound)" if slow else
+           f"rank {straggler} reaches them later than its peers")
+    cause = ("a collective finishes only when its last rank has launched it; the others' kernels spin meanwhile, "
+             f"and that spinning is counted as communication time: {why}")
+    remedy = (f"find what rank {straggler} does before its collectives (its trace, its host-bound entry): uneven "
+              "work per rank (different prompt lengths make synced_gpus run extra forwards), a data-loading, "
+              "logging or I/O stall, CPU affinity / NUMA placement, or a slower device; give ranks equal work")
+    return _finding("peer-wait", sorted(waiting), summary, evidence, cause, remedy)
+
+
+def host_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
+    hit = _host_bound_ranks(ranks, device)
     if not hit:
         return None
     evidence = {}
@@ -139,20 +251,61 @@ def host_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
         evidence[str(r)] = {"span_us": s.span_us, "gpu_idle_us": s.idle_us, "idle_fraction": s.idle_us / s.span_us,
                             "host_wait_share_of_idle": share, "hta_idle_causes_us": s.hta.get("idle_causes_us"),
                             "host_during_gpu_idle": s.host_time}
-    r0, (s0, share0) = min(hit.items())
-    which = f" on rank {r0}" if len(hit) > 1 else ""
-    summary = (f"GPU idle {s0.idle_us / s0.span_us:.0%} of {_ms(s0.span_us)}{which}, "
-               f"{share0:.0%} of it waiting for the host to launch the next kernel")
+    order = sorted(hit, key=lambda r: (-hit[r][0].idle_us / hit[r][0].span_us, r))
+    worst, (s0, share0) = order[0], hit[order[0]]
+    others = "".join(f", {hit[r][0].idle_us / hit[r][0].span_us:.0%} on rank {r}" for r in order[1:])
+    summary = (f"GPU idle {s0.idle_us / s0.span_us:.0%} of {_ms(s0.span_us)} on rank {worst}{others}; "
+               f"{share0:.0%} of rank {worst}'s idle time is waiting for the host to launch the next kernel")
     where = s0.host_time.get("in_dstrace_ranges") or s0.host_time.get("top_cpu_ops") or {}
-    if where:
-        name, us = next(iter(where.items()))
-        summary += f"; the host is mostly in {name} ({_ms(us)} of GPU idle)"
-    return Finding("host-bound", sorted(hit), summary,
-                   {"threshold_idle_fraction": HOST_BOUND_IDLE_FRACTION,
-                    "threshold_host_wait_share": HOST_BOUND_HOST_WAIT_SHARE, "ranks": evidence})
+    idle = s0.host_time.get("gpu_idle_us") or s0.idle_us
+    top = list(where.items())[:3]
+    if top and idle > 0:
+        name, us = top[0]
+        if us / idle >= HOST_BOUND_MOSTLY_SHARE:
+            place = f"mostly in {name} ({_ms(us)}, {us / idle:.0%} of its GPU idle time)"
+        else:
+            place = "in " + ", ".join(f"{n} {u / idle:.0%}" for n, u in top) + " of its GPU idle time"
+        summary += f"; the host is {place}"
+    else:
+        place = ""
+    names = " ".join(n for n, _ in top)
+    cause = ("each kernel finishes before the host has launched the next one, so the GPU waits on Python, "
+             "framework and launch overhead" + (f"; on rank {worst} the host is {place}" if place else ""))
+    if "zero3." in names:
+        remedy = ("the host time is ZeRO-3's per-sub-module fetch/release hooks, run for every sub-module on every "
+                  "step; without ZeRO-3 for inference (AutoTP, device_map) they are gone; with it, fewer larger "
+                  "fetches (`stage3_prefetch_bucket_size`, `stage3_param_persistence_threshold` to keep small "
+                  "weights resident) cut their number")
+    else:
+        remedy = ("cut per-kernel host overhead: more tokens per forward (batch prompts), CUDA graphs "
+                  "(`torch.compile(mode=\"reduce-overhead\")`, a static KV cache)")
+        if "scaled_dot_product_attention" in names or "cudnn_attention" in names:
+            remedy += ("; attention's host time grows when cuDNN plans each new sequence length (measured on H200: "
+                       "see step-time-shift): warm up over the lengths you time, or try "
+                       "`torch.backends.cuda.enable_cudnn_sdp(False)`")
+    return _finding("host-bound", order, summary,
+                    {"threshold_idle_fraction": HOST_BOUND_IDLE_FRACTION,
+                     "threshold_host_wait_share": HOST_BOUND_HOST_WAIT_SHARE,
+                     "threshold_mostly_share": HOST_BOUND_MOSTLY_SHARE, "worst_rank": worst, "ranks": evidence},
+                    cause, remedy)
 
 
-def zero3_gathers_model(steps: StepSummary | None, ranks: list[int]) -> Finding | None:
+def _gather_per_step(ranks: dict[int, RankSummary], steps: StepSummary) -> dict[str, float] | None:
+    """Median over ranks of the traced AllGather transfer and peer wait per traced step."""
+    transfer, wait = [], []
+    for r, s in ranks.items():
+        ag = s.collectives.get("AllGather")
+        count = steps.per_rank.get(r, {}).get("count")
+        if ag and count:
+            transfer.append(ag.transfer_us / count)
+            wait.append(ag.wait_us / count)
+    if not transfer:
+        return None
+    return {"transfer_us": statistics.median(transfer), "wait_us": statistics.median(wait)}
+
+
+def zero3_gathers_model(steps: StepSummary | None, ranks: list[int],
+                        summaries: dict[int, RankSummary] | None = None, world_size: int | None = None) -> Finding | None:
     if steps is None or not steps.model_bytes or not steps.gathered_bytes_median:
         return None
     ratio = steps.gathered_bytes_median / steps.model_bytes
@@ -161,13 +314,27 @@ def zero3_gathers_model(steps: StepSummary | None, ranks: list[int]) -> Finding 
     per_rank = {str(r): e.get("gathered_bytes_median") for r, e in steps.per_rank.items()}
     concerned = [r for r, e in steps.per_rank.items()
                  if e.get("gathered_bytes_median", 0) >= ZERO3_MODEL_FRACTION * steps.model_bytes] or ranks
+    step_ms = steps.ms_per_step if steps.ms_per_step is not None else steps.ms_median
     summary = (f"each decode step gathers {_gb(steps.gathered_bytes_median)} per rank, {ratio:.0%} of the model's "
                f"{_gb(steps.model_bytes)}: ZeRO-3 gathers the weights again on every forward "
-               f"({steps.ms_median:.1f} ms per step)")
-    return Finding("zero3-gathers-model-per-step", sorted(concerned), summary, {
+               f"({step_ms:.1f} ms per decode step)")
+    link = _gather_per_step(summaries or {}, steps)
+    world = f"1/{world_size}" if world_size else "a share"
+    cause = (f"ZeRO-3 partitions parameter storage, not the computation: each rank stores {world} of every weight "
+             "but runs the whole model, all-gathering each sub-module's weights before its forward and freeing "
+             "them after; generate() runs one forward per token (and transformers sets synced_gpus=True under "
+             f"ZeRO-3), so {_gb(steps.gathered_bytes_median)} reach every rank for every token")
+    if link:
+        cause += (f"; in the profiled steps the all-gathers took {_ms(link['transfer_us'])} of transfer and "
+                  f"{_ms(link['wait_us'])} of waiting for peers per step (median over ranks)")
+    remedy = ("if the model fits without partitioning, do not use ZeRO-3 for inference; " + SPLIT_REMEDY
+              + "; if ZeRO-3 must stay (model too large), serve several prompts per forward so each gather "
+                "serves more tokens, and raise `stage3_param_persistence_threshold` to keep more weights resident")
+    return _finding("zero3-gathers-model-per-step", sorted(concerned), summary, {
         "gathered_bytes_median": steps.gathered_bytes_median, "gathered_source": steps.gathered_source,
         "model_bytes": steps.model_bytes, "ratio": ratio, "threshold_ratio": ZERO3_MODEL_FRACTION,
-        "ms_per_step_median": steps.ms_median, "per_rank_gathered_bytes_median": per_rank})
+        "ms_per_step_median": step_ms, "per_rank_gathered_bytes_median": per_rank,
+        "allgather_per_traced_step_us": link}, cause, remedy)
 
 
 def _as_int(value) -> int | None:
@@ -192,7 +359,21 @@ def tp_not_applied(run: LoadedRun) -> Finding | None:
     first = evidence[str(hit[0])]["requested"][0]
     summary = (f"tensor parallel size {first['value']} was requested ({first['source']}: "
                f"{first['key']}) but the weights keep their full shape (effective TP 1): nothing is split by TP")
-    return Finding("tp-not-applied", hit, summary, {"ranks": evidence})
+    version = _version(run, "deepspeed")
+    release = _release(version)
+    keys = sorted({e["key"] for v in evidence.values() for e in v["requested"]})
+    if release and release < AUTOTP_FIXED and any(k.startswith("tensor_parallel.") for k in keys):
+        cause = (f"the installed DeepSpeed {version} has no `tensor_parallel` key in its config: it accepted the "
+                 "block and ignored it, so every tp_size runs the same program")
+    else:
+        cause = (f"the requested size ({', '.join(keys)}) reached no code that splits weights"
+                 + (f" (DeepSpeed {version})" if version else ""))
+    partitioned = evidence[str(hit[0])]["zero3_partitioned_weights"]
+    if partitioned:
+        cause += (f"; ZeRO-3 partitions parameter storage ({partitioned} weights), not the computation: every "
+                  "rank still runs the whole model and gathers it every step")
+    return _finding("tp-not-applied", hit, summary, {"ranks": evidence, "deepspeed": version},
+                    cause, SPLIT_REMEDY[0].upper() + SPLIT_REMEDY[1:])
 
 
 def tp_config_rejected(run: LoadedRun) -> Finding | None:
@@ -206,12 +387,140 @@ def tp_config_rejected(run: LoadedRun) -> Finding | None:
         return None
     call = evidence[str(hit[0])][0]
     summary = f"{call['api']} rejected the tensor_parallel config: {error_line(call['error'])}"
-    return Finding("tp-config-rejected", hit, summary, {"ranks": evidence})
+    version = _version(run, "deepspeed")
+    release = _release(version)
+    passed = next((c.config for c in run.manifests[hit[0]].deepspeed_calls if c.api == call["api"]), None)
+    block = passed.get("tensor_parallel") if isinstance(passed, dict) else None
+    cause = (f"DeepSpeed {version or '(version not recorded)'}"
+             + (" parses the `tensor_parallel` block into its AutoTP training config (TPTrainingConfig), which "
+                "forbids keys it does not know" if release and release >= AUTOTP_FIXED else " refused the block")
+             + (f"; passed: \"tensor_parallel\": {json.dumps(block)}" if block is not None else "")
+             + "; that block configures AutoTP for training (`autotp_size`), not inference")
+    remedy = (SPLIT_REMEDY[0].upper() + SPLIT_REMEDY[1:] + "; to keep ZeRO-3 and split weights for training, "
+              "`\"tensor_parallel\": {\"autotp_size\": N}` (accepted with ZeRO-3 from DeepSpeed 0.19.4); "
+              "otherwise remove the block")
+    return _finding("tp-config-rejected", hit, summary, {"ranks": evidence, "deepspeed": version}, cause, remedy)
+
+
+def _steps_label(first: int, last: int) -> str:
+    return f"step {first}" if first == last else f"steps {first}-{last}"
+
+
+def _work_growth(run: LoadedRun, ranks: list[int], start: int) -> dict | None:
+    """Per-step work of the traced steps before and after `start` (median per item, over ranks): what grew."""
+    before: dict[str, list[float]] = {}
+    after: dict[str, list[float]] = {}
+    for r in ranks:
+        t = run.traces.get(r)
+        if t is None:
+            continue
+        for w in t.reduced.step_work:
+            side = before if w["step"] < start else after
+            for name, us in {"GPU kernels": w["gpu_us"], **w["host_us"]}.items():
+                side.setdefault(name, []).append(us)
+    if not before or not after:
+        return None
+    growth = {n: (statistics.median(before.get(n, [0.0])), statistics.median(after.get(n, [0.0])))
+              for n in set(before) | set(after)}
+    top = sorted(growth.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:3]
+    return {n: {"before_us": b, "after_us": a} for n, (b, a) in top}
+
+
+def step_time_shift(run: LoadedRun) -> Finding | None:
+    """A call whose decode steps change level for good (manifests' per-step times; see shift.py)."""
+    per_call: dict[int, list[tuple[int, Shift]]] = {}
+    for r, m in sorted(run.manifests.items()):
+        for sh in call_shifts(m):
+            per_call.setdefault(sh.call, []).append((r, sh))
+    if not per_call:
+        return None
+    parts, calls, causes = [], {}, []
+    remedies = []
+    for call, found in sorted(per_call.items()):
+        ranks = [r for r, _ in found]
+        start = int(statistics.median(sh.start for _, sh in found))
+        before = statistics.median(sh.before_ms for _, sh in found)
+        after = statistics.median(sh.after_ms for _, sh in found)
+        first, last = found[0][1].first_before, found[0][1].last_after
+        place = window_place(run.manifests[ranks[0]], found[0][1])
+        text = (f"call {call}: {_steps_label(first, start - 1)} at {before:.1f} ms per step, "
+                f"{_steps_label(start, last)} at {after:.1f} ms ({after / before:.2f}x from step {start} on), "
+                f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}")
+        steps_txt = _steps_label(place.steps[0], place.steps[-1]) if place.steps else ""
+        growth = None
+        if place.where == "straddles":
+            growth = _work_growth(run, ranks, start)
+            text += f"; the profiled window ({steps_txt}) straddles the change"
+            if growth:
+                text += ": per step " + ", ".join(f"{n} {g['before_us'] / 1e3:.1f} -> {g['after_us'] / 1e3:.1f} ms"
+                                                  for n, g in growth.items())
+        elif place.where in ("before", "after"):
+            in_slow = (place.where == "after") == (after > before)
+            text += (f"; the profiled window ({steps_txt}) lies only in the {'slower' if in_slow else 'faster'} level: "
+                     "its trace cannot show what changed")
+        elif place.where == "other call":
+            text += f"; the profiled window is in call {place.call}: the trace shows neither level of this call"
+        parts.append(text)
+        calls[str(call)] = {"ranks": ranks, "start": start, "first_step": first, "last_step": last,
+                            "before_ms": before, "after_ms": after, "ratio": after / before,
+                            "window": {"where": place.where, "call": place.call, "steps": place.steps},
+                            "work_growth_us": growth}
+        if growth:
+            grew = max(growth.items(), key=lambda kv: kv[1]["after_us"] - kv[1]["before_us"])
+            causes.append(f"in call {call}, {grew[0]} grew from {grew[1]['before_us'] / 1e3:.1f} to "
+                          f"{grew[1]['after_us'] / 1e3:.1f} ms per step across the change")
+            if "attention" in grew[0]:
+                causes.append("attention's host time growing at new sequence lengths is cuDNN building a plan for "
+                              "each length it has not seen (measured on H200 with device_map)")
+        elif place.where != "straddles":
+            remedies.append(f"to see what changes in call {call}, profile across step {start}: "
+                            f"`dstrace record --window-call {call} --window-start {max(start - 1, 1)} --window-steps 3`")
+    summary = "; ".join(parts)
+    cause = ("the steps of one call are not alike: the step time changed level and stayed there"
+             + ("; " + "; ".join(causes) if causes else
+                "; what changed is not in the traces (the profiled window does not cover the change)"))
+    remedy = ("compare configurations on the same level: time more calls and steps, warm up with a call as long "
+              "as the timed one, and report both levels rather than a whole-call average"
+              + ("; " + "; ".join(remedies) if remedies else ""))
+    ranks = sorted({r for found in per_call.values() for r, _ in found})
+    return _finding("step-time-shift", ranks, summary, {"threshold_ratio": SHIFT_RATIO, "calls": calls}, cause, remedy)
+
+
+def window_not_representative(run: LoadedRun, steps: StepSummary | None) -> Finding | None:
+    """The profiled steps run at another speed than the run's typical decode step: the trace's numbers
+    describe an unusual moment."""
+    if steps is None or steps.ms_per_step is None or steps.ms_per_step_covers != MANIFEST_COVERS:
+        return None
+    profiled = {r: profiled_step_ms(m) for r, m in sorted(run.manifests.items())}
+    values = [v for vs in profiled.values() for v in vs]
+    window_ms = median_or_none(values)
+    if window_ms is None:
+        return None
+    ratio = window_ms / steps.ms_per_step
+    if 1 / UNREPRESENTATIVE_RATIO < ratio < UNREPRESENTATIVE_RATIO:
+        return None
+    w = next(m.window for m in run.manifests.values() if m.window and m.window.recorded_steps)
+    where = f"call {w.call}, {_steps_label(w.recorded_steps[0], w.recorded_steps[-1])}"
+    summary = (f"the profiled steps ({where}) took {window_ms:.1f} ms per step (median), {ratio:.2f}x the run's "
+               f"{steps.ms_per_step:.1f} ms per decode step: the trace shows a "
+               f"{'slower' if ratio > 1 else 'faster'} moment than the typical step")
+    shifts = [sh for m in run.manifests.values() for sh in call_shifts(m) if sh.call == w.call]
+    cause = ("the window's steps carry the profiler's own overhead"
+             + (f", and call {w.call} changes level at step {shifts[0].start} (see step-time-shift)" if shifts else "")
+             + "; the traced shares (idle, wait, host time) describe those steps, not the run's typical one")
+    later = max(shifts[0].start, w.recorded_steps[-1] + 1) if shifts else w.recorded_steps[-1] + 2
+    remedy = (f"profile steps of the level you care about (e.g. `dstrace record --window-start {later}`), and "
+              "take step times from the manifests (`ms per decode step`, profiled steps left out)")
+    return _finding("window-not-representative", sorted(r for r, v in profiled.items() if v), summary,
+                    {"threshold_ratio": UNREPRESENTATIVE_RATIO, "window_ms_median": window_ms,
+                     "ms_per_step": steps.ms_per_step, "ratio": ratio,
+                     "profiled_step_ms": {str(r): v for r, v in profiled.items()}}, cause, remedy)
 
 
 def all_findings(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> list[Finding]:
     candidates = [
-        tp_config_rejected(run), tp_not_applied(run), zero3_gathers_model(steps, run.ranks),
-        communication_bound(ranks, run.device), peer_wait(ranks), host_bound(ranks, run.device),
+        tp_config_rejected(run), tp_not_applied(run), zero3_gathers_model(steps, run.ranks, ranks, run.world_size),
+        communication_bound(ranks, run.device), peer_wait(ranks, run.device), host_bound(ranks, run.device),
+        step_time_shift(run), window_not_representative(run, steps),
     ]
     return [f for f in candidates if f is not None]

@@ -19,8 +19,9 @@ WHOLE_CALL_RANGES = re.compile(r"^dstrace/(?:step#\d+|generate|chat)$")
 
 
 def range_label(name: str) -> str:
-    """`dstrace/zero3.fetch LlamaDecoderLayer#12` -> `zero3.fetch LlamaDecoderLayer`; sizes and ids dropped."""
-    label = re.sub(r"#\d+$", "", name.removeprefix("dstrace/"))
+    """`dstrace/zero3.fetch LlamaDecoderLayer#12` -> `zero3.fetch LlamaDecoderLayer`; sizes and ids dropped
+    (also `#?`, the id of a parameter DeepSpeed had not numbered)."""
+    label = re.sub(r"#[^#\s]*$", "", name.removeprefix("dstrace/"))
     return re.sub(r"\s*bytes=\d+", "", label)
 
 

@@ -122,6 +122,9 @@ class StepSummary:
     gathered_bytes_median: float | None = None
     gathered_source: str | None = None
     model_bytes: int | None = None
+    ms_per_step: float | None = None  # `steps.step_time`: the one ms per decode step of the run
+    ms_per_step_covers: str | None = None  # which steps that is, in words
+    ms_per_step_samples: int = 0
 
 
 @dataclass
@@ -130,6 +133,9 @@ class Finding:
     ranks: list[int]
     summary: str
     evidence: dict[str, Any]
+    cause: str = ""  # why it happened, from what the run recorded (versions, config as passed, measurements)
+    remedy: str = ""  # what to do about it
+    docs: str = ""  # where the finding is explained at length (a path in the dstrace repository)
 
 
 @dataclass

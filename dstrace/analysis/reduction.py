@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import collectives, host, utilization
+from dstrace.analysis import collectives, host, intervals, utilization
 from dstrace.trace_names import ALLGATHER_RANGE, DSTRACE_STEP, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
@@ -31,6 +31,7 @@ class RankReduction:
     utilization: dict  # `utilization.utilization` over the rank's GPU kernels, or its CPU work when it has none
     host_time: dict = field(default_factory=dict)  # `host.host_during_idle`, GPU ranks only
     hta: dict | None = None  # {"breakdowns", "problems"} from `hta_breakdown.rank_breakdowns`, GPU ranks only
+    step_work: list = field(default_factory=list)  # `step_work`: per step, GPU kernel time and host work by name
 
 
 def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
@@ -58,6 +59,43 @@ def gather_ranges(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"ts": ev["ts"].to_numpy(), "bytes": sizes.to_numpy()}, columns=GATHER_COLUMNS)
 
 
+STEP_WORK_ITEMS = 8
+"""Host items kept per step: enough to name what grew between steps, small enough to cache."""
+
+
+def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> list[dict]:
+    """Per step of the rank's first step source: `gpu_us` (kernel time launched in it) and `host_us` (the
+    time of each outermost CPU op and each dstrace range kind inside it, largest first): what a step-time
+    shift compares before and after the change."""
+    if steps.empty or events.empty:
+        return []
+    first = steps[steps["source"] == steps["source"].iloc[0]].sort_values("ts")
+    starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
+    kernels = events[events["is_gpu"]]
+    ops = intervals.top_level(events[events["cat"] == "cpu_op"])
+    ranges = events[(events["cat"] == "user_annotation") & events["name"].str.startswith("dstrace/")
+                    & ~events["name"].str.match(host.WHOLE_CALL_RANGES)]
+    host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
+                            pd.DataFrame({"name": "dstrace/" + ranges["name"].map(host.range_label),
+                                          "ts": ranges["ts"], "dur": ranges["dur"]})], ignore_index=True)
+
+    def step_of(ts: pd.Series) -> np.ndarray:
+        idx = np.searchsorted(starts, ts.to_numpy(), side="right") - 1
+        ok = (idx >= 0) & (ts.to_numpy() < ends[np.clip(idx, 0, None)])
+        return np.where(ok, idx, -1)
+
+    gpu = pd.Series(kernels["dur"].to_numpy()).groupby(step_of(kernels["ts"])).sum() if len(kernels) else pd.Series(dtype=float)
+    host_items["i"] = step_of(host_items["ts"]) if len(host_items) else []
+    by_step = host_items[host_items["i"] >= 0].groupby(["i", "name"])["dur"].sum()
+    out = []
+    for i, step in enumerate(first["step"].astype(int)):
+        mine = by_step.xs(i, level="i") if i in by_step.index.get_level_values("i") else pd.Series(dtype=float)
+        top = mine.sort_values(ascending=False).head(STEP_WORK_ITEMS)
+        out.append({"step": int(step), "gpu_us": float(gpu.get(i, 0.0)),
+                    "host_us": {str(k): float(v) for k, v in top.items()}})
+    return out
+
+
 def _own_window(steps: pd.DataFrame) -> tuple[float, float] | None:
     """The span of the rank's steps from the first source it has: the CPU busy-time window."""
     if steps.empty:
@@ -77,4 +115,5 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: dict | None = None) 
         util = utilization.utilization(events, coll, "cpu", _own_window(steps))
         host_time = {}
     return RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
-                         utilization=util, host_time=host_time, hta=hta if has_gpu else None)
+                         utilization=util, host_time=host_time, hta=hta if has_gpu else None,
+                         step_work=step_work(events, steps))

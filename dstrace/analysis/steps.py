@@ -7,13 +7,56 @@ wait for the GPU at the end of each step (token sampling) is counted; the last s
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 import pandas as pd
 
 from dstrace.analysis.model import LoadedRun, StepSummary
 from dstrace.analysis.reduction import STEP_SOURCES
+from dstrace.recording.manifest import Manifest
 
 STEP_FRAME = ["rank", "step", "ts", "end", "ms"]
+
+MANIFEST_COVERS = ("decode steps of every call on every rank (manifests' step_ms), prefill and the profiled "
+                   "window's steps left out")
+"""What `ms per step` covers when manifests are there: the one definition analyze, compare and the demo print."""
+
+
+@dataclass
+class StepTime:
+    """ms per decode step: the median of `samples` step times, and in words what those steps are."""
+    ms: float
+    samples: int
+    covers: str
+
+
+def decode_step_ms(manifest: Manifest) -> list[float]:
+    """Steady-state decode steps of every call: step 0 (the prefill) is left out, and so are the steps of
+    the profiled window (`window.recorded_steps` of call `window.call`), which carry profiler overhead."""
+    window = manifest.window
+    profiled = set(window.recorded_steps) if window and window.mode == "full" else set()
+    samples = []
+    for call in manifest.calls:
+        if call.error:
+            continue
+        skip = profiled if window and call.index == window.call else set()
+        samples.extend(ms for i, ms in enumerate(call.step_ms) if i > 0 and i not in skip)
+    return samples
+
+
+def step_time(manifests: dict[int, Manifest], steps: pd.DataFrame | None = None,
+              source: str | None = None) -> StepTime | None:
+    """The one ms per decode step of a run: from the manifests when there are any, else from the traces'
+    step ranges (then it covers only the profiled steps, profiler overhead included)."""
+    samples = [ms for r in sorted(manifests) for ms in decode_step_ms(manifests[r])]
+    if samples:
+        return StepTime(float(statistics.median(samples)), len(samples), MANIFEST_COVERS)
+    if steps is None or steps.empty:
+        return None
+    decode = decode_steps(steps)
+    return StepTime(float(decode["ms"].median()), len(decode),
+                    f"profiled decode steps in the traces ({source or 'step ranges'}, {decode['step'].nunique()} per "
+                    "rank), profiler overhead included: no manifests, so the run's other steps are not seen")
 
 
 def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:
@@ -59,8 +102,9 @@ def model_bytes(run: LoadedRun) -> int | None:
 
 
 def _manifest_decode_ms(run: LoadedRun) -> dict[int, list[list[float]]]:
-    """Per rank, per call: the step_ms of the manifests (the whole call, not only the profiled window),
-    prefill excluded."""
+    """Per rank, per call: the step_ms of the manifests (the whole call, profiled steps included), prefill
+    excluded: for `steps.manifest_ms_median` of dstrace.analysis/1 and the per-rank counts of a run without
+    traces; reports print `step_time` instead."""
     return {r: [call.step_ms[1:] if len(call.step_ms) > 1 else call.step_ms for call in m.calls]
             for r, m in run.manifests.items()}
 
@@ -68,7 +112,8 @@ def _manifest_decode_ms(run: LoadedRun) -> dict[int, list[list[float]]]:
 def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, coll: pd.DataFrame) -> StepSummary | None:
     by_rank = _manifest_decode_ms(run)
     manifest_ms = [ms for calls in by_rank.values() for call in calls for ms in call]
-    if steps.empty and not manifest_ms:
+    timing = step_time(run.manifests, steps, source)
+    if timing is None and not manifest_ms:
         return None
     per_rank = {}
     decode = decode_steps(steps) if not steps.empty else steps
@@ -82,9 +127,11 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
         per_rank[int(rank)] = entry
     if decode.empty:
         # as from traces: steps per call on one rank, not summed over calls and ranks
-        count = max(len(call) for calls in by_rank.values() for call in calls)
-        ms_median, source = float(statistics.median(manifest_ms)), "manifest step_ms"
-        per_rank = {r: {"count": max(map(len, calls)), "ms_median": float(statistics.median([x for c in calls for x in c]))}
+        count = max((len(call) for calls in by_rank.values() for call in calls), default=0)
+        ms_median = float(statistics.median(manifest_ms)) if manifest_ms else timing.ms
+        source = "manifest step_ms"
+        per_rank = {r: {"count": max(map(len, calls)),
+                        "ms_median": float(statistics.median([x for c in calls for x in c]))}
                     for r, calls in sorted(by_rank.items()) if any(calls)}
     else:
         count, ms_median = int(decode["step"].nunique()), float(decode["ms"].median())
@@ -103,4 +150,6 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
         count=count, ms_median=ms_median, source=source or "", per_rank=per_rank,
         manifest_ms_median=float(statistics.median(manifest_ms)) if manifest_ms else None,
         gathered_bytes_median=float(gathered.median()) if len(gathered) else None,
-        gathered_source=gathered_source, model_bytes=model_bytes(run))
+        gathered_source=gathered_source, model_bytes=model_bytes(run),
+        ms_per_step=timing.ms if timing else None, ms_per_step_covers=timing.covers if timing else None,
+        ms_per_step_samples=timing.samples if timing else 0)

@@ -1,7 +1,8 @@
 """Find the run folders behind the paths given to `dstrace compare`, group them by configuration, and
 read each one (manifests, run record, analysis). The file reading of a comparison happens here.
 
-A run folder holds `run.json` or `rank<N>.manifest.json`. Its configuration is the name of the folder
+A run folder holds `run.json`, `rank<N>.manifest.json`, or torch.profiler traces (`*.pt.trace.json[.gz]`:
+plain traces are compared from what they show). Its configuration is the name of the folder
 above it when its own name is `rep<k>` (the sweep layout `<sweep>/<config>/rep<k>/`), else its own name.
 A folder that is not a run is searched two levels down, so a sweep folder, a configuration folder or
 single run folders can be given. A sweep folder's `sweep.json` gives the configurations' order and the
@@ -26,8 +27,13 @@ SWEEP_FILE = "sweep.json"
 SEARCH_DEPTH = 2
 
 
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+"""Plain torch.profiler output (no dstrace manifests) is compared from what its traces show."""
+
+
 def is_run_dir(path: str) -> bool:
-    return os.path.isdir(path) and any(n == RUN_FILE or n.endswith(MANIFEST_SUFFIX) for n in os.listdir(path))
+    return os.path.isdir(path) and any(n == RUN_FILE or n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES)
+                                       for n in os.listdir(path))
 
 
 def _ref(path: str) -> RunRef:
@@ -58,8 +64,8 @@ def find_runs(paths: list[str]) -> list[RunRef]:
             raise UserError(f"{given} is not a folder; give run folders or a sweep folder")
         found = _search(path, SEARCH_DEPTH)
         if not found:
-            raise UserError(f"no recorded run in {given}: expected run.json or rank<N>.manifest.json in it, "
-                            f"or in folders up to {SEARCH_DEPTH} levels below")
+            raise UserError(f"no recorded run in {given}: expected run.json, rank<N>.manifest.json or "
+                            f"*.pt.trace.json[.gz] in it, or in folders up to {SEARCH_DEPTH} levels below")
         refs.extend(_ref(p) for p in found)
     seen: set[str] = set()
     unique = []
@@ -90,7 +96,8 @@ def _quiet(message: str) -> None:
 
 def read_facts(ref: RunRef, progress: Callable[[str], None] = _quiet) -> RunFacts:
     """Manifests, run record and analysis of one run folder. A run that cannot be analyzed (no trace:
-    DeepSpeed refused before the profiling window) is described by its manifests alone."""
+    DeepSpeed refused before the profiling window) is described by its manifests alone; plain traces
+    without manifests by their analysis alone."""
     warnings: list[str] = []
     manifests = {}
     for name in sorted(os.listdir(ref.path)):
@@ -108,7 +115,7 @@ def read_facts(ref: RunRef, progress: Callable[[str], None] = _quiet) -> RunFact
         except (OSError, ValueError, TypeError) as exc:
             warnings.append(f"{ref.config}/{ref.repeat}: skipped {RUN_FILE}: {exc}")
     analysis = None
-    if manifests:
+    if manifests or any(n.endswith(TRACE_SUFFIXES) for n in os.listdir(ref.path)):
         progress(f"analyzing {ref.config}/{ref.repeat}")
         try:
             loaded = load_run(ref.path, progress=_quiet)

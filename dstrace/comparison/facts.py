@@ -7,7 +7,9 @@ import statistics
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import Analysis
 from dstrace.comparison.model import RunFacts, RunRef
-from dstrace.comparison.stats import decode_gathered_bytes, decode_step_ms, median
+from dstrace.analysis.render.common import span_parts
+from dstrace.analysis.steps import step_time
+from dstrace.comparison.stats import decode_gathered_bytes, median
 from dstrace.recording.manifest import Inventory, Manifest, RunRecord
 
 
@@ -53,9 +55,33 @@ def tp_requests(manifests: dict[int, Manifest]) -> list[str]:
     return [f"{k} ({', '.join(v)})" for k, v in sources.items()]
 
 
-def _comm_share(analysis: Analysis) -> float | None:
-    shares = [s.busy_us.get("communication", 0.0) / s.span_us for s in analysis.ranks.values() if s.span_us > 0]
+def _share(analysis: Analysis, part) -> float | None:
+    """Median over ranks of part(rank summary) / span."""
+    shares = [part(s) / s.span_us for s in analysis.ranks.values() if s.span_us > 0]
     return float(statistics.median(shares)) if shares else None
+
+
+def _comm_share(analysis: Analysis) -> float | None:
+    return _share(analysis, lambda s: s.busy_us.get("communication", 0.0))
+
+
+WITHOUT_MANIFESTS = ("no dstrace manifests: ms per step covers only the profiled steps (profiler overhead "
+                     "included); effective TP, weight shapes, model size, DeepSpeed version, the TP sizes "
+                     "requested and whole-call step times are unknown")
+
+
+def _from_traces(facts: RunFacts, analysis: Analysis) -> RunFacts:
+    """What plain torch.profiler traces show: steps, collective bytes per step, transfer and wait."""
+    facts.status = "complete"
+    facts.reason = None
+    facts.world_size = analysis.world_size
+    if analysis.steps is not None:
+        facts.ms_per_step = analysis.steps.ms_per_step
+        facts.ms_per_step_covers = analysis.steps.ms_per_step_covers
+        facts.decode_steps = analysis.steps.ms_per_step_samples
+        facts.gathered_bytes_per_step = analysis.steps.gathered_bytes_median
+    facts.notes.append(WITHOUT_MANIFESTS)
+    return facts
 
 
 def _collectives_per_step(analysis: Analysis) -> dict[str, float]:
@@ -70,20 +96,38 @@ def _collectives_per_step(analysis: Analysis) -> dict[str, float]:
     return {k: float(statistics.median(v)) for k, v in sorted(per_kind.items())}
 
 
+def _exposed_shares(analysis: Analysis) -> dict[str, float]:
+    """The span's exclusive parts (compute, transfer, wait for peers, other busy, idle), median over ranks."""
+    per_part: dict[str, list[float]] = {}
+    for s in analysis.ranks.values():
+        if s.span_us > 0:
+            for k, v in span_parts(s).items():
+                per_part.setdefault(k, []).append(v / s.span_us)
+    return {k: float(statistics.median(v)) for k, v in per_part.items()}
+
+
 def run_facts(ref: RunRef, manifests: dict[int, Manifest], record: RunRecord | None,
               analysis: Analysis | None, warnings: list[str] | None = None) -> RunFacts:
     status, reason = outcome(manifests, record)
     facts = RunFacts(config=ref.config, repeat=ref.repeat, path=ref.path, status=status, reason=reason,
                      warnings=list(warnings or []))
+    if analysis is not None:
+        facts.comm_share = _comm_share(analysis)
+        facts.transfer_share = _share(analysis, lambda s: s.comm_us - s.wait_us)
+        facts.wait_share = _share(analysis, lambda s: s.wait_us)
+        facts.exposed_shares = _exposed_shares(analysis)
+        facts.collectives_per_step = _collectives_per_step(analysis)
+        facts.findings = [f.id for f in analysis.findings]
     if not manifests:
-        return facts
+        return _from_traces(facts, analysis) if analysis is not None and analysis.ranks else facts
     ranks = sorted(manifests)
     first = manifests[ranks[0]]
     facts.world_size = max(m.world_size for m in manifests.values())
     facts.deepspeed_version = first.versions.get("deepspeed")
     facts.tp_requested = tp_requests(manifests)
-    samples = [ms for r in ranks for ms in decode_step_ms(manifests[r])]
-    facts.ms_per_step, facts.decode_steps = median(samples), len(samples)
+    timing = step_time(manifests)
+    if timing is not None:
+        facts.ms_per_step, facts.decode_steps, facts.ms_per_step_covers = timing.ms, timing.samples, timing.covers
     facts.gathered_bytes_per_step = median(b for r in ranks for b in decode_gathered_bytes(manifests[r]))
     inventories = [manifests[r].inventory for r in ranks if manifests[r].inventory is not None]
     if inventories:
@@ -95,8 +139,4 @@ def run_facts(ref: RunRef, manifests: dict[int, Manifest], record: RunRecord | N
         facts.split_modules = sorted({w.module_class for w in inv.weights if (w.split or 1.0) > 1.0})
         if facts.world_size and facts.effective_tp and facts.world_size % facts.effective_tp == 0:
             facts.sequences = facts.world_size // facts.effective_tp
-    if analysis is not None:
-        facts.comm_share = _comm_share(analysis)
-        facts.collectives_per_step = _collectives_per_step(analysis)
-        facts.findings = [f.id for f in analysis.findings]
     return facts

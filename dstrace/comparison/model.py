@@ -33,7 +33,8 @@ class RunFacts:
     status: str  # complete | refused | failed
     reason: str | None = None  # the refusal or failure, one line
     world_size: int | None = None
-    ms_per_step: float | None = None  # median decode step, prefill and profiled steps left out
+    ms_per_step: float | None = None  # `analysis.steps.step_time`: median decode step, prefill and profiled steps left out
+    ms_per_step_covers: str | None = None  # which steps ms_per_step is the median of, in words
     decode_steps: int = 0  # step samples behind ms_per_step (all ranks, all calls)
     sequences: int | None = None  # sequences generated at once: ranks / effective TP
     gathered_bytes_per_step: float | None = None  # ZeRO-3 all-gather per decode step per rank (median)
@@ -44,10 +45,14 @@ class RunFacts:
     split_modules: list[str] = field(default_factory=list)  # module classes of weights split by TP
     deepspeed_version: str | None = None
     tp_requested: list[str] = field(default_factory=list)  # "key=value (source)"
-    comm_share: float | None = None  # communication time over the traced span, median over ranks
+    comm_share: float | None = None  # collective kernel time (wait included) over the traced span, median over ranks
+    transfer_share: float | None = None  # collective time after every peer arrived over the span, median over ranks
+    wait_share: float | None = None  # collective time spent waiting for the last peer over the span, median over ranks
+    exposed_shares: dict[str, float] = field(default_factory=dict)  # the span's exclusive parts, median over ranks
     collectives_per_step: dict[str, float] = field(default_factory=dict)  # kind -> calls per traced step
     findings: list[str] = field(default_factory=list)  # analysis finding ids
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what this run cannot tell (e.g. no manifests)
 
 
 @dataclass
@@ -72,6 +77,10 @@ class ConfigSummary:
     findings: list[str]
     weight_shapes: dict[str, list[int]] = field(default_factory=dict)
     split_modules: list[str] = field(default_factory=list)
+    transfer_share: float | None = None  # collective time after every peer arrived over the span (median of runs)
+    wait_share: float | None = None  # collective time waiting for the last peer over the span (median of runs)
+    ms_per_step_covers: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -81,6 +90,7 @@ class Explanation:
     configs: list[str]
     summary: str
     evidence: dict[str, Any]
+    remedy: str = ""  # what to do, with what this comparison measured for the alternatives
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dstrace.comparison.model import Comparison, ConfigSummary, Spread
 
 FORMATS = ("text", "json", "markdown")
 HEAD = ["configuration", "status", "runs", "ms/step median [min-max]", "tok/s per seq", "tok/s all seqs",
-        "vs baseline", "comm", "gathered/step", "eff. TP", "held", "DeepSpeed"]
+        "vs baseline", "transfer", "wait for peers", "gathered/step", "eff. TP", "held", "DeepSpeed"]
 
 
 def _spread(s: Spread | None, digits: int = 1) -> str:
@@ -27,7 +27,8 @@ def _row(c: ConfigSummary, comparison: Comparison) -> list[str]:
     agg = c.aggregate_tokens_per_s
     return [c.name, c.status, f"{ok}/{len(c.runs)}", _spread(c.ms_per_step), _spread(c.tokens_per_s),
             "-" if agg is None else f"{agg.median:.1f} ({c.sequences} seq)",
-            "-" if ratio is None else f"{ratio:.2f}x ms", _pct(c.comm_share), size(c.gathered_bytes_per_step),
+            "-" if ratio is None else f"{ratio:.2f}x ms", _pct(c.transfer_share), _pct(c.wait_share),
+            size(c.gathered_bytes_per_step),
             "-" if c.effective_tp is None else str(c.effective_tp), _pct(c.held_fraction),
             ", ".join(c.deepspeed_versions) or "-"]
 
@@ -47,7 +48,20 @@ def _details(c: ConfigSummary) -> str:
         parts.append(f"findings: {', '.join(c.findings)}")
     if c.reason:
         parts.append(f"not complete: {c.reason}")
+    parts += c.notes
     return f"{c.name}: " + "; ".join(parts)
+
+
+def legend(comparison: Comparison) -> list[str]:
+    """What the table's columns mean, and which steps its ms per step covers."""
+    covers = sorted({c.ms_per_step_covers for c in comparison.configs if c.ms_per_step_covers})
+    return ([f"ms/step: median ms per decode step of each run, over its {x}; the configuration's median and "
+             "min-max over its runs" for x in covers]
+            + ["transfer / wait for peers: collective kernel time over the traced span (median over ranks), split "
+               "into moving data after every rank arrived and spinning until the last one did: waiting is not "
+               "communicating",
+               "gathered/step: bytes the ZeRO-3 all-gathers bring to each rank per decode step; eff. TP: the "
+               "tensor-parallel degree measured from the weights' shapes; held: weight elements a rank holds"])
 
 
 def _ratio_lines(comparison: Comparison) -> list[str]:
@@ -74,9 +88,11 @@ def render_text(comparison: Comparison) -> str:
     if v.baseline:
         out += ["", f"Against the baseline {v.baseline}"] + ([f"  {x}" for x in _ratio_lines(comparison)]
                                                              or ["  no timed run of the baseline"])
-    out += ["", "Why"] + ([f"  [{e.id}] {e.summary}" for e in v.explanations] or ["  nothing to explain"])
+    out += ["", "Why"] + ([y for e in v.explanations for y in [f"  [{e.id}] {e.summary}"]
+                           + ([f"      what to do: {e.remedy}"] if e.remedy else [])] or ["  nothing to explain"])
     if comparison.warnings:
         out += ["", "Warnings"] + [f"  {w}" for w in comparison.warnings]
+    out += ["", "Columns"] + [f"  {x}" for x in legend(comparison)]
     return "\n".join(out) + "\n"
 
 
@@ -96,10 +112,14 @@ def render_markdown(comparison: Comparison) -> str:
     if v.baseline:
         out += ["", f"**Against the baseline `{v.baseline}`**", ""] + ([f"- {x}" for x in _ratio_lines(comparison)]
                                                                       or ["- no timed run of the baseline"])
-    out += ["", "**Why**", ""] + ([f"- `{e.id}`: {e.summary}" for e in v.explanations] or ["- nothing to explain"])
+    out += ["", "**Why**", ""] + ([y for e in v.explanations for y in [f"- `{e.id}`: {_cell(e.summary)}"]
+                                   + ([f"  - what to do: {_cell(e.remedy)}"] if e.remedy else [])]
+                                  or ["- nothing to explain"])
     if comparison.warnings:
         out += ["", "<details><summary>Warnings</summary>", ""] + [f"- {w}" for w in comparison.warnings] \
                + ["", "</details>"]
+    out += ["", "<details><summary>Columns</summary>", ""] + [f"- {_cell(x)}" for x in legend(comparison)] \
+        + ["", "</details>"]
     return "\n".join(out) + "\n"
 
 

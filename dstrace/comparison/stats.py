@@ -17,20 +17,6 @@ one structure gather the same number every step. 1% absorbs a step whose set of 
 (the prefill is already left out)."""
 
 
-def decode_step_ms(manifest: Manifest) -> list[float]:
-    """Steady-state decode steps of every call: step 0 (the prefill) is left out, and so are the steps of
-    the profiled window (`window.recorded_steps` of call `window.call`), which carry profiler overhead."""
-    window = manifest.window
-    profiled = set(window.recorded_steps) if window and window.mode == "full" else set()
-    samples = []
-    for call in manifest.calls:
-        if call.error:
-            continue
-        skip = profiled if window and call.index == window.call else set()
-        samples.extend(ms for i, ms in enumerate(call.step_ms) if i > 0 and i not in skip)
-    return samples
-
-
 def decode_gathered_bytes(manifest: Manifest) -> list[int]:
     """Bytes gathered in each decode forward (the profiler does not change what is gathered)."""
     return [b for call in manifest.calls if not call.error for b in call.gathered_bytes[1:]]

@@ -48,4 +48,8 @@ def summarize(name: str, runs: list[RunFacts]) -> ConfigSummary:
         findings=sorted({f for r in runs for f in r.findings}),
         weight_shapes=_common(r.weight_shapes or None for r in shown) or {},
         split_modules=_common(r.split_modules or None for r in shown) or [],
+        transfer_share=median(r.transfer_share for r in ok if r.transfer_share is not None),
+        wait_share=median(r.wait_share for r in ok if r.wait_share is not None),
+        ms_per_step_covers=_common(r.ms_per_step_covers for r in ok),
+        notes=sorted({n for r in runs for n in r.notes}),
     )

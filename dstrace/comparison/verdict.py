@@ -97,6 +97,23 @@ def tp_request_without_effect(configs: list[ConfigSummary]) -> list[Explanation]
     return out
 
 
+def measured_alternatives(configs: list[ConfigSummary], than: ConfigSummary) -> str:
+    """The timed configurations that gather nothing per step (weights split by TP, or not partitioned), with
+    their ms per step: what the comparison measured for the remedies."""
+    alternatives = [c for c in configs if c is not than and c.ms_per_step is not None
+                    and not c.gathered_bytes_per_step]
+    if not alternatives:
+        return ""
+    return "measured here: " + "; ".join(
+        f"{c.name} (effective TP {c.effective_tp or '-'}, gathers nothing) {_ms(c)}" for c in alternatives) \
+        + (f", against {than.name} {_ms(than)}" if than.ms_per_step is not None else "")
+
+
+REMEDY = ("split the computation with `deepspeed.init_inference(model, tensor_parallel={\"tp_size\": N})` (AutoTP), "
+          "a `device_map`, or transformers' `tp_plan`; keep ZeRO-3 for inference only when the model does not fit "
+          "otherwise")
+
+
 def tp_not_applied(configs: list[ConfigSummary]) -> list[Explanation]:
     hit = [c for c in configs if "tp-not-applied" in c.findings]
     if not hit:
@@ -105,7 +122,8 @@ def tp_not_applied(configs: list[ConfigSummary]) -> list[Explanation]:
     return [Explanation("tp-not-applied", [c.name for c in hit],
                         "tensor parallelism was requested but no weight is split: " + "; ".join(parts),
                         {c.name: {"tp_requested": c.tp_requested, "effective_tp": c.effective_tp,
-                                  "deepspeed": c.deepspeed_versions} for c in hit})]
+                                  "deepspeed": c.deepspeed_versions} for c in hit},
+                        remedy="; ".join(x for x in [REMEDY] + [measured_alternatives(configs, c) for c in hit] if x))]
 
 
 def regathered(configs: list[ConfigSummary], baseline: ConfigSummary | None,
@@ -121,15 +139,18 @@ def regathered(configs: list[ConfigSummary], baseline: ConfigSummary | None,
         slower = ratio_of.get(c.name, {}).get("ms_per_step")
         against = (f"; {slower:.2f}x the baseline {baseline.name}'s ms per step" if slower and baseline
                    and baseline.name != c.name else "")
-        comm = f", communication {c.comm_share:.0%} of the traced time" if c.comm_share is not None else ""
+        comm = (f", collectives {c.transfer_share:.0%} transfer and {c.wait_share:.0%} waiting for peers of the "
+                "traced time" if c.transfer_share is not None and c.wait_share is not None else "")
         out.append(Explanation("model-regathered-every-step", [c.name], (
             f"{c.name}: every decode step gathers {size(c.gathered_bytes_per_step)} per rank, {share:.0%} of the "
             f"model's {size(c.model_bytes)}, while each rank holds {c.held_fraction:.0%} of the weights"
             f"{comm}{against}"), {
             "gathered_bytes_per_step": c.gathered_bytes_per_step, "model_bytes": c.model_bytes,
             "share": share, "threshold": ZERO3_MODEL_FRACTION, "held_fraction": c.held_fraction,
-            "comm_share": c.comm_share, "ms_per_step_ratio": slower,
-            "collectives_per_step": c.collectives_per_step}))
+            "comm_share": c.comm_share, "transfer_share": c.transfer_share, "wait_share": c.wait_share,
+            "ms_per_step_ratio": slower,
+            "collectives_per_step": c.collectives_per_step},
+            remedy="; ".join(x for x in (REMEDY, measured_alternatives(configs, c)) if x)))
     return out
 
 

@@ -20,14 +20,26 @@ def zero3_dir(tmp_path):
     return tmp_path
 
 
-@pytest.fixture(scope="session")
-def gloo_run_dir(tmp_path_factory):
-    """Real CPU traces: torchrun of gloo_job.py, 2 ranks, rank 1 late to every AllGather."""
-    out = tmp_path_factory.mktemp("gloo_run")
+def run_gloo_job(out, *extra: str) -> None:
     env = dict(os.environ, DSTRACE_TEST_RUN_ID="gloo-e2e", OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         os.path.join(HERE, "gloo_job.py"), str(out)],
+         os.path.join(HERE, "gloo_job.py"), str(out), *extra],
         env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")
+def gloo_run_dir(tmp_path_factory):
+    """Real CPU traces: torchrun of gloo_job.py, 2 ranks, rank 1 late to every collective."""
+    out = tmp_path_factory.mktemp("gloo_run")
+    run_gloo_job(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def plain_gloo_run_dir(tmp_path_factory):
+    """The same job profiled with torch.profiler alone: ProfilerStep#n steps, no dstrace ranges or manifests."""
+    out = tmp_path_factory.mktemp("plain_gloo_run")
+    run_gloo_job(out, "plain")
     return out

@@ -27,3 +27,24 @@ def test_recorded_run_through_the_dstrace_command(zero3_run):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["schema"] == "dstrace.analysis/1"
+
+
+def test_recorded_run_says_why_and_what_to_do(zero3_run):
+    import statistics
+
+    from dstrace.analysis.loading import load_run
+    from dstrace.analysis.render import render
+    from dstrace.analysis.steps import MANIFEST_COVERS, decode_step_ms
+
+    run_dir, _ = zero3_run
+    a = analyze_dir(run_dir)
+    for f in a.findings:
+        assert f.cause and f.remedy and f.docs, f.id
+    f = next(f for f in a.findings if f.id == "zero3-gathers-model-per-step")
+    assert f"each rank stores 1/{a.world_size} of every weight" in f.cause
+    assert "deepspeed.init_inference" in f.remedy
+    manifests = load_run(run_dir, progress=lambda m: None).manifests
+    samples = [x for m in manifests.values() for x in decode_step_ms(m)]
+    assert a.steps.ms_per_step_covers == MANIFEST_COVERS
+    assert a.steps.ms_per_step == statistics.median(samples)
+    assert f"{a.steps.ms_per_step:.1f} ms per decode step" in render(a, "text")

@@ -1,9 +1,9 @@
 """The statistics behind a comparison, on hand-made manifests and spreads."""
 from __future__ import annotations
 
+from dstrace.analysis.steps import decode_step_ms
 from dstrace.comparison.model import Spread
-from dstrace.comparison.stats import (decode_gathered_bytes, decode_step_ms, indistinguishable, same_bytes,
-                                      spread)
+from dstrace.comparison.stats import decode_gathered_bytes, indistinguishable, same_bytes, spread
 from dstrace.recording.manifest import MANIFEST_SCHEMA, GenerationCall, Manifest, Window
 
 

@@ -77,7 +77,7 @@ def test_a_window_never_reached_is_said_plainly(tmp_path):
     assert said in a.stderr
     assert "ranks found 0" in a.stdout
     assert "missing" not in a.stdout
-    assert "7 decode steps per call and rank" in a.stdout  # 8 forwards: the prefill and 7 decode steps
+    assert "median of 7 decode steps of every call on every rank" in a.stdout  # 8 forwards: prefill + 7 decode
 
 
 def test_an_annotate_run_is_not_reported_as_ranks_missing(tmp_path):

@@ -30,21 +30,72 @@ def ranks_of(f: Finding) -> str:
     return ("rank " if len(f.ranks) == 1 else "ranks ") + ", ".join(map(str, f.ranks))
 
 
+def finding_details(f: Finding) -> list[tuple[str, str]]:
+    """(label, text) of what follows a finding's summary: its cause, its remedy and where it is explained."""
+    return [(label, text) for label, text in (("why", f.cause), ("what to do", f.remedy), ("docs", f.docs)) if text]
+
+
 def ranks_line(a: Analysis) -> str:
     found = ", ".join(map(str, a.ranks_found)) or "none"
     line = f"run {a.run_id or '-'}, {device_label(a)}, world size {a.world_size}, ranks found {found}"
     return line + (f", missing {', '.join(map(str, a.missing_ranks))}" if a.missing_ranks else "")
 
 
+SPAN_PARTS = ("compute", "transfer", "wait for peers", "other busy", "idle")
+"""The parts of a rank's span, exclusive, in the order the tables and bars show them."""
+
+LEGEND = (
+    ("span", "first to last kernel on the rank's GPU(s) in the profiled window (CPU-only traces: the extent "
+             "of its steps); the columns after it split it into parts that add up to 100%"),
+    ("compute", "time any compute kernel runs"),
+    ("transfer", "collective kernel time, not overlapped by compute, after every rank of the group arrived: data "
+                 "moving"),
+    ("wait for peers", "collective kernel time, not overlapped by compute, before the last rank of the group "
+                       "arrived: the kernel spins, no data moves"),
+    ("other busy", "memory copies and other kernels running alone"),
+    ("idle", "nothing runs on the GPU (host-bound when the host had not launched the next kernel yet)"),
+    ("waited for", "the peers this rank waited on, longest first"),
+    ("time / wait / transfer", "a collective kind's summed kernel time, split as above (overlap with compute "
+                               "included)"),
+    ("algbw", "bytes / kernel time, wait included (nccl-tests' algorithm bandwidth, GB = 1e9 B)"),
+    ("busbw", "algbw x the nccl-tests factor of the kind ((n-1)/n for AllGather, 2(n-1)/n for AllReduce): "
+              "comparable with the link's bandwidth, but lowered by any waiting"),
+    ("busbw w/o wait", "the same over transfer time only: what the link did once everyone had arrived"),
+)
+"""What each column of the reports means; every renderer prints it."""
+
+
+def span_parts(s) -> dict[str, float]:
+    """A rank's span split into SPAN_PARTS (us): the exposed collective time splits into wait (first) and
+    transfer, so that waiting never reads as communicating; the parts sum to the span."""
+    exposed = max(s.exposed_comm_us, 0.0)
+    wait = min(s.wait_us, exposed)
+    compute = s.busy_us.get("compute", 0.0)
+    other = max(s.span_us - s.idle_us - compute - exposed, 0.0)
+    return {"compute": compute, "transfer": exposed - wait, "wait for peers": wait, "other busy": other,
+            "idle": max(s.span_us - compute - exposed - other, 0.0)}
+
+
+def shares(parts: dict[str, float]) -> dict[str, int]:
+    """Whole percentages that add up to exactly 100 (largest remainder), so a table's shares do."""
+    total = sum(parts.values())
+    if total <= 0:
+        return {k: 0 for k in parts}
+    exact = {k: 100 * v / total for k, v in parts.items()}
+    out = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: exact[k] - out[k], reverse=True)[: 100 - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
 def rank_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
-    head = ["rank", "span", "idle", "compute", "comm", "exposed comm", "wait for peers", "waited for"]
+    head = ["rank", "span", *SPAN_PARTS, "waited for"]
     rows = []
     for r, s in sorted(a.ranks.items()):
         peer = ", ".join(f"r{p} {ms(w)}" for p, w in sorted(s.waited_for.items(), key=lambda kv: -kv[1])[:2]) or "-"
-        rows.append([str(r), ms(s.span_us), f"{ms(s.idle_us)} ({pct(s.idle_us, s.span_us)})",
-                     f"{ms(s.busy_us['compute'])} ({pct(s.busy_us['compute'], s.span_us)})",
-                     f"{ms(s.busy_us['communication'])} ({pct(s.busy_us['communication'], s.span_us)})",
-                     f"{ms(s.exposed_comm_us)}", f"{ms(s.wait_us)} ({pct(s.wait_us, s.comm_us)})", peer])
+        parts = span_parts(s)
+        share = shares(parts)
+        rows.append([str(r), ms(s.span_us)] + [f"{ms(parts[k])} ({share[k]}%)" for k in SPAN_PARTS] + [peer])
     return head, rows
 
 
@@ -59,13 +110,23 @@ def collective_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def step_time_line(a: Analysis) -> str | None:
+    """The run's one ms per decode step (`steps.step_time`), with what it covers."""
+    s = a.steps
+    if s is None or s.ms_per_step is None:
+        return None
+    return f"{s.ms_per_step:.1f} ms per decode step: median of {s.ms_per_step_samples} {s.ms_per_step_covers}"
+
+
 def steps_line(a: Analysis) -> str | None:
     s = a.steps
     if s is None:
         return None
-    line = f"{s.count} decode steps per call and rank, median {s.ms_median:.2f} ms/step ({s.source})"
-    if s.manifest_ms_median is not None and s.source != "manifest step_ms":
-        line += f"; manifest median {s.manifest_ms_median:.2f} ms/step over whole calls"
+    if s.source == "manifest step_ms":
+        line = "no profiled steps in the traces"
+    else:
+        line = (f"profiled window: {s.count} decode steps per call and rank, median {s.ms_median:.1f} ms/step ({s.source}, profiler "
+                "overhead included)")
     if s.gathered_bytes_median is not None:
         line += f"; gathered {size(s.gathered_bytes_median)} per step ({s.gathered_source})"
         if s.model_bytes:

@@ -7,9 +7,13 @@ from __future__ import annotations
 import html
 
 from dstrace.analysis.model import Analysis
-from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line
+from dstrace.analysis.render.common import (
+    LEGEND, SPAN_PARTS, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, span_parts, step_time_line,
+    steps_line,
+)
 
-COLORS = {"compute": "#4c78a8", "communication": "#e45756", "other busy": "#b279a2", "idle": "#d8d8d8"}
+COLORS = {"compute": "#4c78a8", "transfer": "#e45756", "wait for peers": "#f2a541", "other busy": "#b279a2",
+          "idle": "#d8d8d8"}
 RANK_COLORS = ["#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279a2", "#72b7b2", "#eeca3b", "#9d755d"]
 MAX_POINTS = 4000
 """Scatter points drawn at most (evenly thinned): keeps the file small for long windows."""
@@ -20,33 +24,32 @@ def _esc(x) -> str:
 
 
 def time_bars(a: Analysis) -> str:
-    """Per rank: a bar over its span split into compute, exposed communication, other busy and idle."""
+    """Per rank: a bar over its span split into compute, transfer, wait for peers, other busy and idle."""
     width, bar_h, left = 640, 22, 60
     rows = sorted(a.ranks.items())
     h = 30 + len(rows) * (bar_h + 8) + 24
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 20}" height="{h}" role="img">']
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 20}" height="{h}" role="img">']
     for i, (r, s) in enumerate(rows):
         y = 10 + i * (bar_h + 8)
-        parts.append(f'<text x="0" y="{y + 15}" font-size="12">rank {r}</text>')
+        svg.append(f'<text x="0" y="{y + 15}" font-size="12">rank {r}</text>')
         if s.span_us <= 0:
             continue
-        segs = [("compute", s.busy_us["compute"]), ("communication", s.exposed_comm_us)]
-        other = max(s.span_us - s.idle_us - sum(v for _, v in segs), 0.0)
-        segs += [("other busy", other), ("idle", s.idle_us)]
+        parts = span_parts(s)
+        segs = [(k, parts[k]) for k in SPAN_PARTS]
         x = float(left)
         for name, us in segs:
             w = width * us / s.span_us
             if w <= 0:
                 continue
-            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{COLORS[name]}">'
-                         f'<title>rank {r} {name}: {us / 1e3:.2f} ms ({us / s.span_us:.0%})</title></rect>')
+            svg.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{COLORS[name]}">'
+                       f'<title>rank {r} {name}: {us / 1e3:.2f} ms ({us / s.span_us:.0%})</title></rect>')
             x += w
     ly = h - 12
     for j, (name, color) in enumerate(COLORS.items()):
-        parts.append(f'<rect x="{left + j * 130}" y="{ly - 10}" width="12" height="12" fill="{color}"/>'
-                     f'<text x="{left + j * 130 + 16}" y="{ly}" font-size="12">{name}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+        svg.append(f'<rect x="{left + j * 120}" y="{ly - 10}" width="12" height="12" fill="{color}"/>'
+                     f'<text x="{left + j * 120 + 16}" y="{ly}" font-size="12">{name}</text>')
+    svg.append("</svg>")
+    return "".join(svg)
 
 
 def wait_scatter(a: Analysis) -> str:
@@ -87,10 +90,17 @@ def _table(head, rows) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
 
 
+def _finding(f) -> str:
+    details = "".join(f"<li><b>{_esc(label)}</b>: " + (f'<a href="{_esc(text)}">{_esc(text)}</a>' if label == "docs"
+                                                       else _esc(text)) + "</li>"
+                      for label, text in finding_details(f))
+    return (f"<li><code>{_esc(f.id)}</code> ({_esc(ranks_of(f))}): {_esc(f.summary)}"
+            + (f"<ul>{details}</ul>" if details else "") + "</li>")
+
+
 def render_html(a: Analysis) -> str:
-    findings = "".join(f"<li><code>{_esc(f.id)}</code> ({_esc(ranks_of(f))}): {_esc(f.summary)}</li>"
-                       for f in a.findings) or "<li>none</li>"
-    line = steps_line(a)
+    findings = "".join(_finding(f) for f in a.findings) or "<li>none</li>"
+    line = "; ".join(x for x in (step_time_line(a), steps_line(a)) if x)
     extra = "".join(f"<h2>{label}</h2><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in items) + "</ul>"
                     for label, items in (("Notes", a.notes), ("Warnings", a.warnings)) if items)
     head, rows = collective_rows(a)
@@ -103,9 +113,10 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f
 <p>{_esc(a.trace_dir)}: {_esc(ranks_line(a))}</p>
 {f'<p>{_esc(line)}</p>' if line else ''}
 <h2>Findings</h2><ul>{findings}</ul>
-<h2>Time per rank</h2>{time_bars(a)}{_table(*rank_rows(a))}
+<h2>Time per rank (shares of the span)</h2>{time_bars(a)}{_table(*rank_rows(a))}
 <h2>Collective waits over time</h2>{wait_scatter(a)}
 {('<h2>Collectives</h2>' + _table(head, rows)) if rows else ''}
 {extra}
+<h2>Columns</h2><dl>{"".join(f"<dt>{_esc(t)}</dt><dd>{_esc(m)}</dd>" for t, m in LEGEND)}</dl>
 </body></html>
 """

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
-from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line
+from dstrace.analysis.render.common import (
+    LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
+)
 
 
 def _cell(text: str) -> str:
@@ -16,18 +18,26 @@ def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def render_markdown(a: Analysis) -> str:
     out = ["## dstrace analysis", "", f"- {ranks_line(a)}"]
-    line = steps_line(a)
-    if line:
-        out.append(f"- steps: {line}")
+    for line in (step_time_line(a), steps_line(a)):
+        if line:
+            out.append(f"- steps: {line}")
     out += ["", "### Findings", ""]
-    out += [f"- **`{f.id}`** ({ranks_of(f)}): {f.summary}" for f in a.findings] or ["- none"]
+    for f in a.findings:
+        out.append(f"- **`{f.id}`** ({ranks_of(f)}): {f.summary}")
+        out += [f"  - {label}: " + (f"[{text}]({text})" if label == "docs" else text)
+                for label, text in finding_details(f)]
+    if not a.findings:
+        out.append("- none")
     if a.ranks:
-        out += ["", "### Time per rank", ""] + md_table(*rank_rows(a))
+        out += ["", "### Time per rank (shares of the span)", ""] + md_table(*rank_rows(a))
     head, rows = collective_rows(a)
     if rows:
         out += ["", "### Collectives", ""] + md_table(head, rows)
     for label, items in (("Notes", a.notes), ("Warnings", a.warnings)):
         if items:
             out += ["", f"### {label}", ""] + [f"- {x}" for x in items]
+    if a.ranks:
+        out += ["", "<details><summary>Columns</summary>", ""] + [f"- **{t}**: {m}" for t, m in LEGEND] \
+            + ["", "</details>"]
     out += ["", "<sub>dstrace.analysis/1; the JSON (`--format json`) holds every number and each finding's evidence.</sub>"]
     return "\n".join(out) + "\n"

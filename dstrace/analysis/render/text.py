@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
-from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line
+import textwrap
+
+from dstrace.analysis.render.common import (
+    LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
+)
+
+WIDTH = 120
 
 
 def table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -18,12 +24,15 @@ def render_text(a: Analysis) -> str:
         out.append("  none: no finding's evidence holds in these traces")
     for f in a.findings:
         out.append(f"  [{f.id}] {ranks_of(f)}: {f.summary}")
+        for label, text in finding_details(f):
+            out += textwrap.wrap(f"{label}: {text}", WIDTH, initial_indent="      ", subsequent_indent="        ")
     out.append("")
-    line = steps_line(a)
-    if line:
-        out += ["Steps", f"  {line}", ""]
+    lines = [x for x in (step_time_line(a), steps_line(a)) if x]
+    if lines:
+        out += ["Steps"] + [f"  {x}" for x in lines] + [""]
     if a.ranks:
-        out += ["Time per rank" + (" (GPU)" if a.device == "gpu" else " (host, CPU-only traces)")]
+        out += ["Time per rank" + (" (GPU)" if a.device == "gpu" else " (host, CPU-only traces)")
+                + ": shares of the span"]
         out += ["  " + x for x in table(*rank_rows(a))]
     head, rows = collective_rows(a)
     if rows:
@@ -49,4 +58,7 @@ def render_text(a: Analysis) -> str:
     for label, items in (("Notes", a.notes), ("Warnings", a.warnings)):
         if items:
             out += ["", label] + [f"  {x}" for x in items]
+    if a.ranks:
+        out += ["", "Columns"] + [y for term, meaning in LEGEND for y in textwrap.wrap(
+            f"{term}: {meaning}", WIDTH, initial_indent="  ", subsequent_indent="    ")]
     return "\n".join(out) + "\n"
