@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import zipfile
 
-from tests.conftest import era_python
+from tests.conftest import dstrace, era_python, manifests
 from tests.install.conftest import packages, pip
 
 WORKLOADS = ("torch", "deepspeed", "transformers", "accelerate")
@@ -45,3 +45,10 @@ def test_pip_install_into_a_job_environment_of_the_report_era_keeps_its_librarie
     assert {name: after.get(name) for name in WORKLOADS} == {name: before[name] for name in WORKLOADS}
     r = subprocess.run([python, "-m", "dstrace.cli", "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("dstrace "), r.stderr
+    # and a job there, recorded by the dstrace of another environment (this one's), keeps the job's releases
+    run_dir = str(tmp_path / "run")
+    r = dstrace("record", "-o", run_dir, python, "-c", "import deepspeed, transformers; print(deepspeed.__version__)")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "0.16.1"
+    (m,) = manifests(run_dir).values()
+    assert (m["versions"]["deepspeed"], m["versions"]["transformers"]) == ("0.16.1", before["transformers"])
