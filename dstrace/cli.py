@@ -9,6 +9,7 @@ import importlib
 import sys
 
 from .errors import UserError
+from dstrace.say import say
 
 DESCRIPTION = "Record and explain where every rank's time goes in distributed PyTorch / DeepSpeed inference."
 # verb -> (module, help, usage)
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except UserError as e:
-        print(f"dstrace: {e}", file=sys.stderr)
+        say(str(e))
         return e.code
     except KeyboardInterrupt:
         print("dstrace: interrupted", file=sys.stderr)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .atomic import write_text_atomic
+from .files import write_text_atomic
+from .say import terminal_safe
 from .errors import UserError
 
 FORMAT_BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown",
@@ -20,8 +21,10 @@ def chosen_format(explicit: str | None, output: str | None, formats: tuple[str, 
 
 
 def write_report(text: str, output: str | None) -> None:
+    """To stdout (its control characters escaped: a report read in a terminal must not drive it), or to the
+    file, whole or not at all."""
     if not output:
-        sys.stdout.write(text)
+        sys.stdout.write(terminal_safe(text))
         return
     try:
         write_text_atomic(output, text)

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from dstrace.errors import UserError
+from dstrace.say import warn
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
         if key:
             report_cache.write(args.trace_dir, args.format, key, report, warnings)
     for warning in warnings:
-        print(f"dstrace: warning: {warning}", file=sys.stderr)
+        warn(warning)
     write_report(report, args.output)
     return 0
 

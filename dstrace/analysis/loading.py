@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import sys
 import tempfile
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -36,6 +35,7 @@ from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.recording.manifest import (
     MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, RunRecord, ranks_text, read_manifest, read_run, why_no_trace,
 )
+from dstrace.say import say
 
 
 ARG_COLUMNS = tracefile.ARG_COLUMNS
@@ -58,7 +58,7 @@ PARALLEL_MIN_BYTES = 32 << 20
 
 
 def stderr_progress(message: str) -> None:
-    print(f"dstrace: {message}", file=sys.stderr, flush=True)
+    say(message)
 
 
 def find_trace_files(trace_dir: str) -> list[str]:

@@ -6,10 +6,10 @@ read by `collect`, summarized by `summary`, judged by `verdict` and written by `
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
 from dstrace.errors import UserError
+from dstrace.say import say, warn
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def stderr_progress(message: str) -> None:
-    print(f"dstrace: {message}", file=sys.stderr, flush=True)
+    say(message)
 
 
 def compare_runs(run_dirs: list[str], baseline: str | None = None,
@@ -60,6 +60,6 @@ def main(args: argparse.Namespace) -> int:
 
     comparison = compare_runs(args.run_dirs, args.baseline)
     for warning in comparison.warnings:
-        print(f"dstrace: warning: {warning}", file=sys.stderr)
+        warn(warning)
     write_report(render(comparison, chosen_format(args.format, args.output, FORMATS)), args.output)
     return 0

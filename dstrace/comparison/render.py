@@ -7,6 +7,7 @@ import math
 
 from dstrace.analysis.render.common import size
 from dstrace.comparison.model import Comparison, ConfigSummary, Spread
+from dstrace.say import md_inline, one_line
 
 FORMATS = ("text", "json", "markdown")
 HEAD = ["configuration", "status", "runs", "ms/step median [min-max]", "tok/s per seq", "tok/s all seqs",
@@ -93,11 +94,11 @@ def render_text(comparison: Comparison) -> str:
     if comparison.warnings:
         out += ["", "Warnings"] + [f"  {w}" for w in comparison.warnings]
     out += ["", "Columns"] + [f"  {x}" for x in legend(comparison)]
-    return "\n".join(out) + "\n"
+    return "\n".join(map(one_line, out)) + "\n"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return md_inline(text).replace("|", "\\|")
 
 
 def render_markdown(comparison: Comparison) -> str:
@@ -116,7 +117,7 @@ def render_markdown(comparison: Comparison) -> str:
                                    + ([f"  - what to do: {_cell(e.remedy)}"] if e.remedy else [])]
                                   or ["- nothing to explain"])
     if comparison.warnings:
-        out += ["", "<details><summary>Warnings</summary>", ""] + [f"- {w}" for w in comparison.warnings] \
+        out += ["", "<details><summary>Warnings</summary>", ""] + [f"- {_cell(w)}" for w in comparison.warnings] \
                + ["", "</details>"]
     out += ["", "<details><summary>Columns</summary>", ""] + [f"- {_cell(x)}" for x in legend(comparison)] \
         + ["", "</details>"]

@@ -10,18 +10,17 @@ NODE_FOLDER, OUT is the shared folder and only `run.json` is written.
 from __future__ import annotations
 
 import filecmp
-import json
 import os
 import re
-import shutil
-import sys
 
 from ..errors import UserError
 from .launcher import summarize
-from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, RunRecord, read_manifest, to_json,
-                       write_json_atomic)
+from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, RunRecord, read_json_object,
+                       read_manifest, read_node_record, to_json, write_json_atomic)
 from .multinode import NODES_DIR
 from .summary import SUMMARY_SUFFIX
+from ..files import copy_regular_atomic
+from ..say import say
 
 RANK_FILE = re.compile(r"_rank(\d+)\.")
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
@@ -36,10 +35,10 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     run = gather(args.output, args.nodes)
-    print(f"dstrace: {run.status} run {run.run_id}: {len(run.ranks)} rank(s) of world {run.world_size} "
-          f"in {os.path.abspath(args.output)}", file=sys.stderr)
+    say(f"{run.status} run {run.run_id}: {len(run.ranks)} rank(s) of world {run.world_size} "
+        f"in {os.path.abspath(args.output)}")
     for problem in run.problems:
-        print(f"dstrace: {problem}", file=sys.stderr)
+        say(problem)
     return 0
 
 
@@ -49,8 +48,10 @@ def _rank_files(folder: str) -> list[str]:
 
 
 def _is_gathered(path: str) -> bool:
-    with open(path) as f:
-        return "gathered_from" in json.load(f)
+    try:
+        return "gathered_from" in read_json_object(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
 
 
 def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
@@ -74,6 +75,11 @@ def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
         if not entries:
             raise UserError(f"{src} holds no dstrace files (manifests, traces, summaries, node records)")
         for source, dest in entries:
+            if os.path.islink(source) or not os.path.isfile(source):
+                raise UserError(f"{source} is a link or not a regular file: gather copies only the files the "
+                                "nodes wrote; replace it with the file itself")
+            if os.path.islink(dest):
+                raise UserError(f"{dest} is a link: gather writes no file through one; remove it")
             earlier = plan.get(dest) or (dest if os.path.exists(dest) else None)
             if earlier and not filecmp.cmp(earlier, source, shallow=False):
                 raise UserError(f"{source} and {earlier} differ: the same file from two nodes; "
@@ -106,9 +112,10 @@ def _check_one_run(out: str, plan: list[tuple[str, str]]) -> str:
 
 def _copy(source: str, dest: str) -> None:
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    tmp = f"{dest}.{os.getpid()}.tmp"
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, dest)
+    try:
+        copy_regular_atomic(source, dest)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot copy {source}: {e}") from None
 
 
 def _node_records(out: str) -> dict[str, dict]:
@@ -117,8 +124,10 @@ def _node_records(out: str) -> dict[str, dict]:
     if os.path.isdir(folder):
         for name in sorted(os.listdir(folder)):
             if name.endswith(".json"):
-                with open(os.path.join(folder, name)) as f:
-                    records[name.removesuffix(".json")] = json.load(f)
+                try:
+                    records[name.removesuffix(".json")] = read_node_record(os.path.join(folder, name))
+                except (OSError, ValueError) as e:
+                    raise UserError(f"cannot read node record {name}: {e}") from None
     return records
 
 

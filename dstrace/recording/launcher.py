@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -24,12 +23,17 @@ from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, UN
                        RankStatus, RunRecord, ranks_text, read_json_object, read_manifest, to_json, why_no_trace,
                        write_json_atomic)
 from .window import MODES, WindowOptions
+from dstrace.say import say, warn
 
 # The one folder put on the job's PYTHONPATH: it holds only a sitecustomize, which takes the folder off
 # sys.path again and loads dstrace by location (bootstrap/sitecustomize.py).
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 _PYTHON_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed")
 CUPTI_TEARDOWN = "TEARDOWN_CUPTI"
+# What an earlier recording leaves in a run folder, for --force to clear.
+RUN_FOLDER_SUFFIXES = TRACE_SUFFIXES + (MANIFEST_SUFFIX, ".summary.json.gz", ".dstrace-cache.npz", ".pftrace")
+RUN_FOLDER_PREFIXES = (UNRECORDED_PREFIX, ".dstrace-report.")
+RUN_FOLDER_NAMES = (RUN_FILE, multinode.DEEPSPEED_ENV_FILE, "dstrace-report.html")
 # How long the command gets to write its files after dstrace forwards a SIGTERM.
 TERM_GRACE_S = 60.0
 
@@ -88,14 +92,17 @@ def default_run_dir(command: list[str]) -> str:
 def claim_new_dir(base: str) -> str:
     """`base`, or `base-2`, `base-3`, ...: the first that this call creates itself. mkdir is atomic, so
     two recordings started in the same second never share a folder."""
-    os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
-    for n in range(1, 1000):
-        path = os.path.abspath(base if n == 1 else f"{base}-{n}")
-        try:
-            os.mkdir(path)
-            return path
-        except FileExistsError:
-            continue
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
+        for n in range(1, 1000):
+            path = os.path.abspath(base if n == 1 else f"{base}-{n}")
+            try:
+                os.mkdir(path)
+                return path
+            except FileExistsError:
+                continue
+    except OSError as e:
+        raise UserError(f"cannot make a run folder at {base}: {e.strerror or e}; choose one with -o") from None
     raise UserError(f"no free run folder next to {base}: choose one with -o")
 
 
@@ -125,8 +132,30 @@ def prepare_run_dir(path: str, force: bool, role: multinode.NodeRole | None = No
                             "choose a new one with -o")
     elif os.path.isdir(path) and os.listdir(path) and not force:
         raise UserError(f"run folder {path} already has files: choose a new one with -o, or pass --force")
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+        if force and role is None:
+            clear_run_files(path)
+        probe = os.path.join(path, f".dstrace-write-test.{os.getpid()}")
+        with open(probe, "x"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"cannot write into the run folder {path}: {e.strerror or e}; choose another with -o") from None
     return path
+
+
+def clear_run_files(path: str) -> None:
+    """--force: the files an earlier recording left (its ranks' files, records, caches, reports) go, so the
+    new run's record counts only its own ranks; files dstrace did not write stay."""
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if name == multinode.NODES_DIR and os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        elif name.endswith(RUN_FOLDER_SUFFIXES) or name.startswith(RUN_FOLDER_PREFIXES) or name in RUN_FOLDER_NAMES:
+            if os.path.isdir(full) and not os.path.islink(full):
+                continue
+            os.unlink(full)
 
 
 def _manifests(run_dir: str) -> dict[str, Manifest]:
@@ -169,7 +198,7 @@ def child_environment(run_dir: str, run_id: str, opts: RecordOptions,
                                                        os.getcwd(), [BOOTSTRAP_DIR])
         env["DS_ENV_FILE"] = path
         for warning in warnings:
-            print(f"dstrace: warning: {warning}", file=sys.stderr)
+            warn(warning)
     return env
 
 
@@ -199,14 +228,19 @@ def record(opts: RecordOptions) -> int:
         write_json_atomic(run_file, _record_json(run, role))
         raise UserError(f"command not found: {opts.command[0]!r}; check the command after '--' "
                         "(is it installed and on PATH?)", code=127)
-    print(f"dstrace: recording into {run_dir}", file=sys.stderr)
+    say(f"recording into {run_dir}")
     code = _run_child([executable] + opts.command[1:], child_environment(run_dir, run.run_id, opts, role))
-    summarize(run_dir, run, code, role.node if role else None)
-    write_json_atomic(run_file, _record_json(run, role))
+    try:
+        summarize(run_dir, run, code, role.node if role else None)
+        write_json_atomic(run_file, _record_json(run, role))
+    except Exception as e:  # noqa: BLE001 - the command's exit code comes through whatever befalls the record
+        warn(f"could not write the run record {run_file}: {type(e).__name__}: {e}; the ranks' own files "
+             "are as they left them")
+        return code
     _report(run, run_dir)
     if role is not None:
-        print(f"dstrace: {role.node} of {role.nnodes} done; once every node is: dstrace gather {run_dir} "
-              "(shared folder) or dstrace gather OUT NODE_FOLDER...", file=sys.stderr)
+        say(f"{role.node} of {role.nnodes} done; once every node is: dstrace gather {run_dir} "
+            "(shared folder) or dstrace gather OUT NODE_FOLDER...")
     return code
 
 
@@ -274,8 +308,14 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
             continue
         status = m.status if m.status != "running" else "crashed"
         if status != "complete":
-            detail = f": {m.exit_error['type']}: {m.exit_error['message'][:200]}" if m.exit_error else ""
+            detail = (f": {m.exit_error.get('type')}: {str(m.exit_error.get('message'))[:200]}"
+                      if m.exit_error else "")
             run.problems.append(f"rank {m.rank} {status}{detail}")
+        lost = list(m.lost)
+        if m.window and m.window.trace_file and m.window.trace_file not in traces.get(m.rank, []):
+            lost.append(f"its trace {m.window.trace_file} is not in the folder")
+        if lost:
+            run.problems.append(f"rank {m.rank} lost what it recorded: {'; '.join(lost)}")
         run.ranks.append(RankStatus(rank=m.rank, status=status, manifest=name, traces=traces.get(m.rank, [])))
         reason = why_no_trace(m) if not traces.get(m.rank) else None
         if reason:
@@ -317,7 +357,6 @@ def _unrecorded(run_dir: str) -> list[str]:
 
 def _report(run: RunRecord, run_dir: str) -> None:
     traces = sum(len(r.traces) for r in run.ranks)
-    print(f"dstrace: {run.status} run: {len(run.ranks)} rank(s) of world {run.world_size}, "
-          f"{traces} trace(s), in {run_dir}", file=sys.stderr)
+    say(f"{run.status} run: {len(run.ranks)} rank(s) of world {run.world_size}, {traces} trace(s), in {run_dir}")
     for line in run.notes + run.problems:
-        print(f"dstrace: {line}", file=sys.stderr)
+        say(line)

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..atomic import write_text_atomic
+from ..files import read_bytes_bounded, write_text_atomic
 
 MANIFEST_SCHEMA = "dstrace.manifest/1"
 RUN_SCHEMA = "dstrace.run/1"
@@ -22,6 +22,7 @@ TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 # sitecustomize writes it, and cannot import this module to share the name)
 UNRECORDED_PREFIX = "unrecorded."
 MAX_RECORD_BYTES = 64 << 20  # a manifest with a 70B model's inventory is about 2 MB
+MAX_WORLD = 1 << 20  # ranks a run folder may declare: far above any job, far below what exhausts memory
 
 
 @dataclass
@@ -116,6 +117,7 @@ class Manifest:
     peak_host_rss_bytes: int | None = None
     hook_errors: list[str] = field(default_factory=list)
     exit_error: dict | None = None
+    lost: list[str] = field(default_factory=list)  # files this rank recorded but could not write, and why
 
 
 def ranks_text(ranks) -> str:
@@ -191,43 +193,46 @@ def manifest_path(run_dir: str, rank: int) -> str:
     return os.path.join(run_dir, f"rank{rank}{MANIFEST_SUFFIX}")
 
 
-def _build(cls, data: dict):
-    """Rebuild a dataclass from its JSON, recursing into the nested record types."""
-    nested = {
-        "deepspeed_calls": DeepSpeedCall, "tp_requested": TPRequest, "calls": GenerationCall,
-        "weights": Weight, "ranks": RankStatus,
-    }
-    single = {"inventory": Inventory, "window": Window}
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names:
-            continue
-        if key in nested and isinstance(value, list):
-            value = [_build(nested[key], v) for v in value]
-        elif key in single and isinstance(value, dict):
-            value = _build(single[key], value)
-        kwargs[key] = value
-    return cls(**kwargs)
-
-
 def read_json_object(path: str) -> dict:
     """A small JSON object from a run folder; ValueError for anything else (too large, not an object)."""
-    with open(path, "rb") as f:
-        raw = f.read(MAX_RECORD_BYTES + 1)
-    if len(raw) > MAX_RECORD_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_RECORD_BYTES >> 20} MiB: not a file dstrace wrote")
-    data = json.loads(raw)
+    data = json.loads(read_bytes_bounded(path, MAX_RECORD_BYTES))
     if not isinstance(data, dict):
         raise ValueError(f"{path} holds {type(data).__name__}, not a JSON object")
     return data
 
 
 def _read_record(path: str, cls, schema: str, what: str):
+    """The record's schema is its dataclasses: msgspec checks every field's type against them (in dstrace's
+    environment only: the recording side, in the job, writes and never reads)."""
+    import msgspec
+
     data = read_json_object(path)
     if data.get("schema") != schema:
         raise ValueError(f"{path} is not a dstrace {what} (schema {data.get('schema')!r})")
-    return _build(cls, data)
+    try:
+        record = msgspec.convert(data, type=cls)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"{path}: {e}") from None
+    problem = _out_of_range(record)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    return record
+
+
+def _out_of_range(record) -> str | None:
+    """What the types allow but no run can hold: ranks and world sizes outside 0 <= rank < world <= MAX_WORLD."""
+    worlds = [record.world_size] if record.world_size is not None else []
+    if isinstance(record, Manifest):
+        ranks = [record.rank, record.local_rank]
+    else:
+        ranks = [r.rank for r in record.ranks] + record.missing_ranks
+    for world in worlds:
+        if not 1 <= world <= MAX_WORLD:
+            return f"world_size {world} is outside 1..{MAX_WORLD}"
+    for rank in ranks:
+        if not 0 <= rank < (worlds[0] if worlds else MAX_WORLD):
+            return f"rank {rank} is outside 0..{(worlds[0] if worlds else MAX_WORLD) - 1}"
+    return None
 
 
 def read_manifest(path: str) -> Manifest:
@@ -236,3 +241,13 @@ def read_manifest(path: str) -> Manifest:
 
 def read_run(path: str) -> RunRecord:
     return _read_record(path, RunRecord, RUN_SCHEMA, "run record")
+
+
+def read_node_record(path: str) -> dict:
+    """A node record (`nodes/<node>.json`): a run record of one node's ranks, with `node`, `nnodes`, `host`."""
+    _read_record(path, RunRecord, RUN_SCHEMA, "node record")
+    data = read_json_object(path)
+    for key, kind in (("nnodes", int), ("node", str), ("host", str)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise ValueError(f"{path}: {key} is {type(data[key]).__name__}, not {kind.__name__}")
+    return data

@@ -20,6 +20,8 @@ import re
 import socket
 from dataclasses import dataclass
 
+from ..files import safe_name
+
 NODES_DIR = "nodes"  # node records of a run recorded node by node
 DEEPSPEED_ENV_FILE = "deepspeed_env"  # in the run folder: the user's .deepspeed_env plus dstrace's variables
 ENV_NODE = "DSTRACE_NODE"  # the node a rank was started by; its manifest keeps it
@@ -76,7 +78,7 @@ def node_role(command: list[str], environ: dict[str, str]) -> NodeRole | None:
     if most <= 1:
         return None
     rank = _option(args, "--node_rank", "--node-rank") or environ.get("PET_NODE_RANK")
-    host = socket.gethostname()
+    host = safe_name(socket.gethostname())
     return NodeRole(node=f"{host}-node{rank}" if rank is not None and rank.isdigit() else host, nnodes=most)
 
 

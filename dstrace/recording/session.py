@@ -16,6 +16,7 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 
+from ..files import safe_name
 from . import ranges, summary
 from .manifest import (MANIFEST_SCHEMA, GenerationCall, Manifest, manifest_path, to_json,
                        write_json_atomic)
@@ -97,7 +98,9 @@ class RankSession:
 
     @property
     def worker(self) -> str:
-        return f"{self.manifest.host}_rank{self.manifest.rank}"
+        """The trace's name stem, `<host>_rank<N>` as HTA and TensorBoard expect; the host name made safe
+        for a file name, so that no host name can put a trace outside the run folder."""
+        return f"{safe_name(self.manifest.host)}_rank{self.manifest.rank}"
 
     def _trace_metadata(self) -> dict:
         self._refresh_identity()
@@ -111,9 +114,12 @@ class RankSession:
                 m = self.manifest
                 summary.write_summary(self.run_dir, name, m.rank, m.world_size, m.host, m.run_id, source=raw)
 
-        with self.guard("trace export"):
+        try:
             self._refresh_identity()
             self.window.export(self.run_dir, self.worker, summarize)
+        except Exception as e:  # noqa: BLE001 - recording must never break the job; the loss is recorded
+            self.note_failure("trace export", e)
+            self.manifest.lost.append(f"trace: {type(e).__name__}: {e}")
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         """Write everything recorded so far; called once, at exit, on an exception or a signal."""
@@ -284,13 +290,16 @@ def _install_exit_handlers(s: RankSession) -> None:
 
     atexit.register(at_exit)
 
+    ours = [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) in (signal.SIG_DFL, None)]
+
     def on_term(signum, frame):
+        for sig in ours:  # a second signal (launchers often send two) must not cut the trace's write short
+            signal.signal(sig, signal.SIG_IGN)
         s.finish("terminated", RuntimeError(f"received {signal.Signals(signum).name}"))
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) in (signal.SIG_DFL, None):
-                signal.signal(sig, on_term)
+        for sig in ours:
+            signal.signal(sig, on_term)
 

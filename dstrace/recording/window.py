@@ -103,6 +103,8 @@ class ProfilerWindow:
         packed = f"{final}.{os.getpid()}.tmp"
         try:
             prof.export_chrome_trace(raw)
+            if not os.path.isfile(raw):  # Kineto reports a failed write (a full disk) only in its log
+                raise OSError(f"the profiler could not write its trace {raw} (is the disk full?)")
             with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             os.replace(packed, final)

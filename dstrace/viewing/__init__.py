@@ -62,6 +62,7 @@ def write_merged_trace(run_dir: str, output: str | None = None, steps: str | Non
                        clock_policy: str = "auto") -> str:
     """Load the run, build the merged timeline and write it as a Perfetto trace; returns the path."""
     from dstrace.analysis.loading import load_run
+    from dstrace.files import atomic_file
     from dstrace.viewing.perfetto import write_perfetto
     from dstrace.viewing.timeline import build_timeline, parse_step_window
 
@@ -72,9 +73,8 @@ def write_merged_trace(run_dir: str, output: str | None = None, steps: str | Non
     timeline = build_timeline(run, window=window, cpu_ops=cpu_ops, clock_policy=clock_policy)
     path = os.path.abspath(output or os.path.join(run_dir, MERGED_NAME))
     try:
-        with open(path + ".tmp", "wb") as f:
+        with atomic_file(path, "wb") as f:
             count = write_perfetto(timeline, f)
-        os.replace(path + ".tmp", path)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     shifted = ", ".join(f"rank {p.rank} {p.clock_shift_us / 1e3:+.3f} ms" for p in timeline.processes if p.clock_shift_us)

@@ -9,8 +9,9 @@ import os
 import pathlib
 import sys
 
-from dstrace.atomic import write_text_atomic
+from dstrace.files import write_text_atomic
 from dstrace.errors import UserError
+from dstrace.say import warn
 
 REPORT_NAME = "dstrace-report.html"
 
@@ -23,7 +24,7 @@ def write_report(run_dir: str, output: str | None = None, clock_policy: str = "a
 
     analysis = analyze(load_run(run_dir), clock_policy=clock_policy)
     for warning in analysis.warnings:
-        print(f"dstrace: warning: {warning}", file=sys.stderr)
+        warn(warning)
     path = os.path.abspath(output or os.path.join(run_dir, REPORT_NAME))
     try:
         write_text_atomic(path, render(analysis, "html"))

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
+from dstrace.say import md_inline
 from dstrace.analysis.render.common import (
     LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
 )
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return md_inline(text).replace("|", "\\|")
 
 
 def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -17,14 +18,14 @@ def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_markdown(a: Analysis) -> str:
-    out = ["## dstrace analysis", "", f"- {ranks_line(a)}"]
+    out = ["## dstrace analysis", "", f"- {md_inline(ranks_line(a))}"]
     for line in (step_time_line(a), steps_line(a)):
         if line:
-            out.append(f"- steps: {line}")
+            out.append(f"- steps: {md_inline(line)}")
     out += ["", "### Findings", ""]
     for f in a.findings:
-        out.append(f"- **`{f.id}`** ({ranks_of(f)}): {f.summary}")
-        out += [f"  - {label}: " + (f"[{text}]({text})" if label == "docs" else text)
+        out.append(f"- **`{f.id}`** ({ranks_of(f)}): {md_inline(f.summary)}")
+        out += [f"  - {label}: " + (f"[{text}]({text})" if label == "docs" else md_inline(text))
                 for label, text in finding_details(f)]
     if not a.findings:
         out.append("- none")
@@ -35,7 +36,7 @@ def render_markdown(a: Analysis) -> str:
         out += ["", "### Collectives", ""] + md_table(head, rows)
     for label, items in (("Notes", a.notes), ("Warnings", a.warnings)):
         if items:
-            out += ["", f"### {label}", ""] + [f"- {x}" for x in items]
+            out += ["", f"### {label}", ""] + [f"- {md_inline(x)}" for x in items]
     if a.ranks:
         out += ["", "<details><summary>Columns</summary>", ""] + [f"- **{t}**: {m}" for t, m in LEGEND] \
             + ["", "</details>"]

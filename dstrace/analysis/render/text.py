@@ -1,9 +1,10 @@
 """The terminal report: findings first, then the numbers behind them."""
 from __future__ import annotations
 
-from dstrace.analysis.model import Analysis
 import textwrap
 
+from dstrace.analysis.model import Analysis
+from dstrace.say import one_line
 from dstrace.analysis.render.common import (
     LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
 )
@@ -12,24 +13,25 @@ WIDTH = 120
 
 
 def table(head: list[str], rows: list[list[str]]) -> list[str]:
+    head, rows = [one_line(x) for x in head], [[one_line(x) for x in r] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows]
 
 
 def render_text(a: Analysis) -> str:
-    out = [f"dstrace analysis of {a.trace_dir}", ranks_line(a), ""]
+    out = [f"dstrace analysis of {one_line(a.trace_dir)}", one_line(ranks_line(a)), ""]
     out.append("Findings")
     if not a.findings:
         out.append("  none: no finding's evidence holds in these traces")
     for f in a.findings:
-        out.append(f"  [{f.id}] {ranks_of(f)}: {f.summary}")
+        out.append(f"  [{f.id}] {ranks_of(f)}: {one_line(f.summary)}")
         for label, text in finding_details(f):
-            out += textwrap.wrap(f"{label}: {text}", WIDTH, initial_indent="      ", subsequent_indent="        ")
+            out += textwrap.wrap(f"{label}: {one_line(text)}", WIDTH, initial_indent="      ", subsequent_indent="        ")
     out.append("")
     lines = [x for x in (step_time_line(a), steps_line(a)) if x]
     if lines:
-        out += ["Steps"] + [f"  {x}" for x in lines] + [""]
+        out += ["Steps"] + [f"  {one_line(x)}" for x in lines] + [""]
     if a.ranks:
         out += ["Time per rank" + (" (GPU)" if a.device == "gpu" else " (host, CPU-only traces)")
                 + ": shares of the span"]
@@ -41,13 +43,14 @@ def render_text(a: Analysis) -> str:
     for r, s in sorted(a.ranks.items()):
         t = s.hta.get("temporal")
         if t:
-            causes = ", ".join(f"{k} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
+            causes = ", ".join(f"{one_line(k)} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
             hta_lines.append(f"  rank {r}: idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%, non-compute "
                              f"{t['non_compute_pct']:.1f}%, comm/compute overlap {s.hta.get('comm_comp_overlap_pct')}%"
                              + (f"; idle causes (summed over streams): {causes}" if causes else ""))
         where = s.host_time.get("in_dstrace_ranges") or {}
         if where:
-            hta_lines.append(f"  rank {r}: host during GPU idle: " + ", ".join(f"{k} {v / 1e3:.2f} ms" for k, v in where.items()))
+            hta_lines.append(f"  rank {r}: host during GPU idle: "
+                             + ", ".join(f"{one_line(k)} {v / 1e3:.2f} ms" for k, v in where.items()))
     if hta_lines:
         out += ["", "HTA breakdown"] + hta_lines
     applied = {r: o for r, o in a.clock.items() if o.applied}
@@ -57,7 +60,7 @@ def render_text(a: Analysis) -> str:
                 for r, o in sorted(applied.items())]
     for label, items in (("Notes", a.notes), ("Warnings", a.warnings)):
         if items:
-            out += ["", label] + [f"  {x}" for x in items]
+            out += ["", label] + [f"  {one_line(x)}" for x in items]
     if a.ranks:
         out += ["", "Columns"] + [y for term, meaning in LEGEND for y in textwrap.wrap(
             f"{term}: {meaning}", WIDTH, initial_indent="  ", subsequent_indent="    ")]

@@ -54,8 +54,11 @@ def _note_unrecorded(error):
         return
     note = {"pid": os.getpid(), "host": socket.gethostname(), "rank": os.environ.get("RANK"),
             "python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable, "error": message[:500]}
+    import re
+
     run_dir = os.environ.get("DSTRACE_RUN_DIR", "")
-    path = os.path.join(run_dir, "%s%s.%d.json" % (UNRECORDED_PREFIX, note["host"], os.getpid()))
+    host = re.sub(r"[^A-Za-z0-9_-]", "_", note["host"])  # files.safe_name, without importing dstrace
+    path = os.path.join(run_dir, "%s%s.%d.json" % (UNRECORDED_PREFIX, host, os.getpid()))
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         with os.fdopen(os.open(path, flags, 0o644), "w") as f:
