@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .files import write_text_atomic
+from .runfolder.files import write_text_atomic
 from .say import terminal_safe
 from .errors import UserError
 

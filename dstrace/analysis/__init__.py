@@ -7,10 +7,9 @@ analyzed before with the same options and nothing changed gets its kept report (
 from __future__ import annotations
 
 import argparse
-import sys
 
 from dstrace.errors import UserError
-from dstrace.say import warn
+from dstrace.say import say, warn
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,46 +34,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dstrace.analysis import report_cache
     from dstrace.analysis.options import FORMATS
     from dstrace.report_output import chosen_format, write_report
 
-    args.format = chosen_format(args.format, args.output, FORMATS)
+    fmt = chosen_format(args.format, args.output, FORMATS)
     workers = getattr(args, "parse_workers", None)
     if workers is not None and workers < 1:
         raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
-    options = {"format": args.format, "align_clocks": getattr(args, "align_clocks", "auto"),
-               "source": getattr(args, "source", "auto")}
-    key = report_cache.key(args.trace_dir, options)  # None for a folder that cannot be read
-    kept = report_cache.read(args.trace_dir, args.format, key) if key else None
-    if kept is not None:
-        print("dstrace: nothing in the folder changed since the last analysis: its report, from "
-              f"{report_cache.path(args.trace_dir, args.format)}", file=sys.stderr, flush=True)
-        report, warnings = kept
-    else:
-        report, warnings = _analyze(args, workers)
-        if key:
-            report_cache.write(args.trace_dir, args.format, key, report, warnings)
+    report, warnings = report_of(args.trace_dir, fmt, clock_policy=getattr(args, "align_clocks", "auto"),
+                                 source=getattr(args, "source", "auto"), workers=workers)
     for warning in warnings:
         warn(warning)
     write_report(report, args.output)
     return 0
 
 
-def _analyze(args: argparse.Namespace, workers: int | None) -> tuple[str, list[str]]:
-    """Load the folder (its traces or rank summaries), analyze it, render it: (report, warnings)."""
+def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "auto", workers: int | None = None,
+                     progress=None):
+    """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
+    `progress(message)` hears what is being read (default: stderr)."""
     from dstrace.analysis import summaries
-    from dstrace.analysis.loading import load_run
+    from dstrace.analysis.loading import load_run, stderr_progress
     from dstrace.analysis.pipeline import analyze
+
+    progress = progress or stderr_progress
+    if summaries.choose_source(trace_dir, source) == "summaries":
+        run = summaries.load_summaries(trace_dir)
+        progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")
+    else:
+        run = load_run(trace_dir, progress=progress, workers=workers)
+        progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
+    return analyze(run, clock_policy=clock_policy)
+
+
+def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
+              workers: int | None = None) -> tuple[str, list[str]]:
+    """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
+    options or dstrace changed since, else a new analysis (then kept)."""
+    from dstrace.analysis import report_cache
     from dstrace.analysis.render import render
 
-    if summaries.choose_source(args.trace_dir, getattr(args, "source", "auto")) == "summaries":
-        run = summaries.load_summaries(args.trace_dir)
-        print(f"dstrace: analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment",
-              file=sys.stderr, flush=True)
-    else:
-        run = load_run(args.trace_dir, workers=workers)
-        print(f"dstrace: analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment",
-              file=sys.stderr, flush=True)
-    analysis = analyze(run, clock_policy=getattr(args, "align_clocks", "auto"))
-    return render(analysis, args.format), list(analysis.warnings)
+    options = {"format": fmt, "align_clocks": clock_policy, "source": source}
+    key = report_cache.key(trace_dir, options)  # None for a folder that cannot be read
+    kept = report_cache.read(trace_dir, fmt, key) if key else None
+    if kept is not None:
+        say(f"nothing in the folder changed since the last analysis: its report, from "
+            f"{report_cache.path(trace_dir, fmt)}")
+        return kept
+    analysis = load_and_analyze(trace_dir, source=source, clock_policy=clock_policy, workers=workers)
+    report, warnings = render(analysis, fmt), list(analysis.warnings)
+    if key:
+        report_cache.write(trace_dir, fmt, key, report, warnings)
+    return report, warnings

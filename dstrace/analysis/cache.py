@@ -28,7 +28,7 @@ import pandas as pd
 
 from dstrace.analysis import identity
 from dstrace.analysis.reduction import RankReduction
-from dstrace.analysis.report_cache import PARSE_CACHE_SUFFIX
+from dstrace.runfolder.names import PARSE_CACHE_SUFFIX
 
 FORMAT = 4
 """Bump when the parse, the events frame or the cached HTA results change meaning."""

@@ -32,15 +32,13 @@ from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.trace_names import GPU_CATEGORIES
-from dstrace.recording.manifest import (
-    MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, RunRecord, ranks_text, read_manifest, read_run, why_no_trace,
-)
+from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
+from dstrace.runfolder.records import Manifest, RunRecord, ranks_text, read_manifest, read_run, why_no_trace
 from dstrace.say import say
 
 
 ARG_COLUMNS = tracefile.ARG_COLUMNS
 EVENT_COLUMNS = ["name", "cat", "pid", "tid", "ts", "dur", "end", "is_gpu"] + [c for c, _ in ARG_COLUMNS]
-RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 HOST_IN_NAME = re.compile(r"^(?P<host>.+?)_rank\d+")
 
 Progress = Callable[[str], None]
@@ -218,10 +216,8 @@ def _rank_of(path: str, data: dict, meta: dict | None) -> tuple[int | None, str 
         return dist["rank"], "distributedInfo"
     if meta and isinstance(meta.get("rank"), int):
         return meta["rank"], "dstrace metadata"
-    m = RANK_IN_NAME.search(os.path.basename(path))
-    if m:
-        return int(m.group(1)), "file name"
-    return None, None
+    rank = rank_in_name(os.path.basename(path))
+    return (rank, "file name") if rank is not None else (None, None)
 
 
 def _host_of(path: str, data: dict) -> str | None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from dstrace.recording.manifest import Manifest, RunRecord
+from dstrace.runfolder.records import Manifest, RunRecord
 
 if TYPE_CHECKING:
     from dstrace.analysis.reduction import RankReduction

@@ -17,11 +17,12 @@ import json
 import os
 
 from dstrace.analysis import identity
-from dstrace.recording.manifest import write_json_atomic
+from dstrace.runfolder.names import PARSE_CACHE_SUFFIX, REPORT_CACHE_PREFIX
+from dstrace.runfolder.records import write_json_atomic
 
-PREFIX = ".dstrace-report."
+PREFIX = REPORT_CACHE_PREFIX
 SUFFIX = ".cache"
-PARSE_CACHE_SUFFIX = ".dstrace-cache.npz"
+
 """The parse caches' suffix (`cache.SUFFIX`), here so that the key, which ignores them, needs no pandas."""
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dstrace.recording.manifest import Manifest
+from dstrace.runfolder.records import Manifest
 
 SHIFT_RATIO = 1.25
 """Repeats of one configuration on the H200 machine spread up to ~20% (docs/root-cause.md); a change of

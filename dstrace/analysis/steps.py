@@ -13,7 +13,7 @@ import pandas as pd
 
 from dstrace.analysis.model import LoadedRun, StepSummary
 from dstrace.analysis.reduction import STEP_SOURCES
-from dstrace.recording.manifest import Manifest
+from dstrace.runfolder.records import Manifest
 
 STEP_FRAME = ["rank", "step", "ts", "end", "ms"]
 

@@ -18,7 +18,7 @@ from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
 from dstrace.errors import UserError
-from dstrace.recording.manifest import TRACE_SUFFIXES
+from dstrace.runfolder.names import TRACE_SUFFIXES
 from dstrace.recording.summary import COLLECTIVE_COLUMNS, SUMMARY_SUFFIX, read_summary
 
 AUTO_MIN_TRACE_BYTES = 2 << 30

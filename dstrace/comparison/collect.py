@@ -15,12 +15,12 @@ import os
 import re
 from collections.abc import Callable
 
-from dstrace.analysis.loading import load_run
-from dstrace.analysis.pipeline import analyze
+from dstrace.analysis import load_and_analyze
 from dstrace.comparison.facts import run_facts
 from dstrace.comparison.model import RunFacts, RunRef
 from dstrace.errors import UserError
-from dstrace.recording.manifest import MANIFEST_SUFFIX, RUN_FILE, read_manifest, read_run
+from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE
+from dstrace.runfolder.records import read_manifest, read_run
 
 REPEAT_DIR = re.compile(r"^rep\d+$")
 SWEEP_FILE = "sweep.json"
@@ -118,9 +118,7 @@ def read_facts(ref: RunRef, progress: Callable[[str], None] = _quiet) -> RunFact
     if manifests or any(n.endswith(TRACE_SUFFIXES) for n in os.listdir(ref.path)):
         progress(f"analyzing {ref.config}/{ref.repeat}")
         try:
-            loaded = load_run(ref.path, progress=_quiet)
-            analysis = analyze(loaded)
-            manifests = loaded.manifests or manifests
+            analysis = load_and_analyze(ref.path, progress=_quiet)
         except UserError as exc:
             warnings.append(f"{ref.config}/{ref.repeat}: not analyzed: {exc}")
     return run_facts(ref, manifests, record, analysis, warnings)

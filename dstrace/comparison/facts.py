@@ -10,7 +10,7 @@ from dstrace.comparison.model import RunFacts, RunRef
 from dstrace.analysis.render.common import span_parts
 from dstrace.analysis.steps import step_time
 from dstrace.comparison.stats import decode_gathered_bytes, median
-from dstrace.recording.manifest import Inventory, Manifest, RunRecord
+from dstrace.runfolder.records import Inventory, Manifest, RunRecord
 
 
 def outcome(manifests: dict[int, Manifest], record: RunRecord | None) -> tuple[str, str | None]:

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Iterable
 
 from dstrace.comparison.model import Spread
-from dstrace.recording.manifest import Manifest
+from dstrace.runfolder.records import Manifest
 
 INDISTINGUISHABLE_RULE = ("two configurations are indistinguishable when each one's median ms per decode step "
                           "lies inside the other's min-max range over its repeats")

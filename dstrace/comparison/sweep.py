@@ -122,7 +122,7 @@ def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutco
 
 
 def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcomes: list[RunOutcome]) -> None:
-    from dstrace.recording.manifest import write_json_atomic
+    from dstrace.runfolder.records import write_json_atomic
 
     write_json_atomic(os.path.join(out, "sweep.json"), {
         "schema": SWEEP_SCHEMA, "spec": spec.path, "description": spec.description, "baseline": baseline,

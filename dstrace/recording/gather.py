@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import filecmp
 import os
-import re
 
 from ..errors import UserError
-from .launcher import summarize
-from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, RunRecord, read_json_object,
-                       read_manifest, read_node_record, to_json, write_json_atomic)
-from .multinode import NODES_DIR
-from .summary import SUMMARY_SUFFIX
-from ..files import copy_regular_atomic
+from ..runfolder.files import copy_regular_atomic
+from ..runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, SUMMARY_SUFFIX, TRACE_SUFFIXES, rank_in_name
+from ..runfolder.records import (RUN_SCHEMA, RunRecord, read_json_object, read_manifest, read_node_record, to_json,
+                                 write_json_atomic)
 from ..say import say
+from .launcher import summarize
 
-RANK_FILE = re.compile(r"_rank(\d+)\.")
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
 
 
@@ -59,8 +56,8 @@ def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
     plan: dict[str, str] = {}
     trace_owner: dict[int, str] = {}
     for name in _rank_files(out):
-        if name.endswith(TRACE_SUFFIXES) and RANK_FILE.search(name):
-            trace_owner[int(RANK_FILE.search(name).group(1))] = os.path.join(out, name)
+        if name.endswith(TRACE_SUFFIXES) and rank_in_name(name) is not None:
+            trace_owner[rank_in_name(name)] = os.path.join(out, name)
     for src in sources:
         if not os.path.isdir(src):
             raise UserError(f"{src} is not a folder: give the run folders the nodes wrote")
@@ -84,11 +81,11 @@ def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
             if earlier and not filecmp.cmp(earlier, source, shallow=False):
                 raise UserError(f"{source} and {earlier} differ: the same file from two nodes; "
                                 "was a rank recorded twice?")
-            m = RANK_FILE.search(os.path.basename(source))
-            if source.endswith(TRACE_SUFFIXES) and m:
-                owner = trace_owner.setdefault(int(m.group(1)), source)
+            rank = rank_in_name(os.path.basename(source)) if source.endswith(TRACE_SUFFIXES) else None
+            if rank is not None:
+                owner = trace_owner.setdefault(rank, source)
                 if os.path.basename(owner) != os.path.basename(source):
-                    raise UserError(f"two traces claim rank {m.group(1)}: {owner} and {source}")
+                    raise UserError(f"two traces claim rank {rank}: {owner} and {source}")
             plan.setdefault(dest, source)
     return [(s, d) for d, s in plan.items() if not os.path.exists(d)]
 

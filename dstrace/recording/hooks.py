@@ -15,7 +15,7 @@ import time
 
 from . import ranges, session
 from .inventory import take_inventory
-from .manifest import DeepSpeedCall, TPRequest
+from ..runfolder.records import DeepSpeedCall, TPRequest
 
 WRAPPED = "__dstrace_wrapped__"
 TP_KEYS = ("tp_size", "autotp_size", "mp_size")

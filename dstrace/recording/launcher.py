@@ -18,22 +18,19 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import UserError
+from ..runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX, WRITTEN_NAMES,
+                               WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
+from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, ranks_text, read_json_object,
+                                 read_manifest, to_json, why_no_trace, write_json_atomic)
+from ..say import say, warn
 from . import multinode, session
-from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, UNRECORDED_PREFIX, Manifest,
-                       RankStatus, RunRecord, ranks_text, read_json_object, read_manifest, to_json, why_no_trace,
-                       write_json_atomic)
 from .window import MODES, WindowOptions
-from dstrace.say import say, warn
 
 # The one folder put on the job's PYTHONPATH: it holds only a sitecustomize, which takes the folder off
 # sys.path again and loads dstrace by location (bootstrap/sitecustomize.py).
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 _PYTHON_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed")
 CUPTI_TEARDOWN = "TEARDOWN_CUPTI"
-# What an earlier recording leaves in a run folder, for --force to clear.
-RUN_FOLDER_SUFFIXES = TRACE_SUFFIXES + (MANIFEST_SUFFIX, ".summary.json.gz", ".dstrace-cache.npz", ".pftrace")
-RUN_FOLDER_PREFIXES = (UNRECORDED_PREFIX, ".dstrace-report.")
-RUN_FOLDER_NAMES = (RUN_FILE, multinode.DEEPSPEED_ENV_FILE, "dstrace-report.html")
 # How long the command gets to write its files after dstrace forwards a SIGTERM.
 TERM_GRACE_S = 60.0
 
@@ -123,7 +120,7 @@ def prepare_run_dir(path: str, force: bool, role: multinode.NodeRole | None = No
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{path} exists and is not a folder: choose another run folder with -o")
     if role is not None and os.path.isdir(path) and not force:
-        if os.path.exists(multinode.node_record_path(path, role.node)):
+        if os.path.exists(node_record_path(path, role.node)):
             raise UserError(f"{role.node} of a run was already recorded in {path}: choose a new folder with -o "
                             "or a new --run-id, or pass --force")
         others = {m.run_id for m in _manifests(path).values()} - {run_id}
@@ -150,9 +147,9 @@ def clear_run_files(path: str) -> None:
     new run's record counts only its own ranks; files dstrace did not write stay."""
     for name in os.listdir(path):
         full = os.path.join(path, name)
-        if name == multinode.NODES_DIR and os.path.isdir(full) and not os.path.islink(full):
+        if name == NODES_DIR and os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full)
-        elif name.endswith(RUN_FOLDER_SUFFIXES) or name.startswith(RUN_FOLDER_PREFIXES) or name in RUN_FOLDER_NAMES:
+        elif name.endswith(WRITTEN_SUFFIXES) or name.startswith(WRITTEN_PREFIXES) or name in WRITTEN_NAMES:
             if os.path.isdir(full) and not os.path.islink(full):
                 continue
             os.unlink(full)
@@ -218,7 +215,7 @@ def record(opts: RecordOptions) -> int:
         run_dir = prepare_run_dir(opts.output or os.path.join("traces", run_id), opts.force, role, run_id)
     run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=opts.command,
                     cwd=os.getcwd(), started=time.time(), status="running")
-    run_file = os.path.join(run_dir, RUN_FILE) if role is None else multinode.node_record_path(run_dir, role.node)
+    run_file = os.path.join(run_dir, RUN_FILE) if role is None else node_record_path(run_dir, role.node)
     os.makedirs(os.path.dirname(run_file), exist_ok=True)
     write_json_atomic(run_file, _record_json(run, role))
     executable = shutil.which(opts.command[0])
@@ -290,10 +287,9 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
     run.ended, run.exit_code = time.time(), exit_code
     traces: dict[int, list[str]] = {}
     for name in sorted(os.listdir(run_dir)):
-        if name.endswith(TRACE_SUFFIXES) and "_rank" in name:
-            rank_part = name.split("_rank", 1)[1].split(".", 1)[0]
-            if rank_part.isdigit():
-                traces.setdefault(int(rank_part), []).append(name)
+        rank = rank_in_name(name) if name.endswith(TRACE_SUFFIXES) else None
+        if rank is not None:
+            traces.setdefault(rank, []).append(name)
     world = 0
     no_trace: dict[int, str] = {}
     for name in sorted(os.listdir(run_dir)):

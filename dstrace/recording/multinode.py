@@ -20,10 +20,8 @@ import re
 import socket
 from dataclasses import dataclass
 
-from ..files import safe_name
+from ..runfolder.names import DEEPSPEED_ENV_FILE, safe_name
 
-NODES_DIR = "nodes"  # node records of a run recorded node by node
-DEEPSPEED_ENV_FILE = "deepspeed_env"  # in the run folder: the user's .deepspeed_env plus dstrace's variables
 ENV_NODE = "DSTRACE_NODE"  # the node a rank was started by; its manifest keeps it
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Characters DeepSpeed's runner passes without quoting them (MultiNodeRunner.add_export).
@@ -90,10 +88,6 @@ def agreed_run_id(explicit: str | None, command: list[str], environ: dict[str, s
     if chosen is not None and not RUN_ID.match(chosen):
         raise ValueError(f"run id {chosen!r} must be 1-64 letters, digits, '.', '_' or '-'")
     return chosen
-
-
-def node_record_path(run_dir: str, node: str) -> str:
-    return os.path.join(run_dir, NODES_DIR, f"{node}.json")
 
 
 def _deepspeed_env_lines(environ: dict[str, str], home: str, cwd: str) -> list[tuple[str, str]]:

@@ -16,10 +16,9 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 
-from ..files import safe_name
 from . import ranges, summary
-from .manifest import (MANIFEST_SCHEMA, GenerationCall, Manifest, manifest_path, to_json,
-                       write_json_atomic)
+from ..runfolder.names import manifest_path, safe_name
+from ..runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, to_json, write_json_atomic
 from .window import ProfilerWindow, WindowOptions
 
 ENV_RUN_DIR = "DSTRACE_RUN_DIR"

@@ -16,12 +16,12 @@ import os
 import re
 from dataclasses import dataclass
 
+from dstrace.runfolder.names import SUMMARY_SUFFIX
 from dstrace.trace_names import (ALLGATHER_RANGE, C10D_OP, CPU_NON_COMPUTE, DSTRACE_STEP, GLOO_OP,
                                  GPU_CATEGORIES, HTA_COMM_KERNEL, HTA_MEMORY_KERNEL, LAUNCH_CATEGORIES,
                                  dtype_bytes, kind_of, numel, parse_ranks)
 
 SUMMARY_SCHEMA = "dstrace.summary/1"
-SUMMARY_SUFFIX = ".summary.json.gz"
 # One row per collective, in this order (`collectives.columns` in the file says so too).
 COLLECTIVE_COLUMNS = ("kind", "group", "seq", "ts", "dur", "host_ts", "in_bytes", "out_bytes", "bytes",
                       "group_size", "source")

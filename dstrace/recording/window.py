@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import ranges
-from .manifest import Window
+from ..runfolder.records import Window
 
 MODES = ("full", "annotate")
 

@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
+from dstrace.runfolder.names import MERGED_NAME
 from dstrace.errors import UserError
 
 MODES = ("tensorboard", "perfetto", "report")
-MERGED_NAME = "dstrace-merged.pftrace"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def write_merged_trace(run_dir: str, output: str | None = None, steps: str | Non
                        clock_policy: str = "auto") -> str:
     """Load the run, build the merged timeline and write it as a Perfetto trace; returns the path."""
     from dstrace.analysis.loading import load_run
-    from dstrace.files import atomic_file
+    from dstrace.runfolder.files import atomic_file
     from dstrace.viewing.perfetto import write_perfetto
     from dstrace.viewing.timeline import build_timeline, parse_step_window
 

@@ -7,27 +7,24 @@ from __future__ import annotations
 
 import os
 import pathlib
-import sys
 
-from dstrace.files import write_text_atomic
+from dstrace.runfolder.files import write_text_atomic
+from dstrace.runfolder.names import REPORT_NAME
 from dstrace.errors import UserError
-from dstrace.say import warn
+from dstrace.say import say, warn
 
-REPORT_NAME = "dstrace-report.html"
 
 
 def write_report(run_dir: str, output: str | None = None, clock_policy: str = "auto") -> str:
-    """Analyze the run and write its HTML report (default `<run>/dstrace-report.html`); returns the path."""
-    from dstrace.analysis.loading import load_run
-    from dstrace.analysis.pipeline import analyze
-    from dstrace.analysis.render import render
+    """The run's HTML report (kept, or analyzed now) at `output` (default `<run>/dstrace-report.html`)."""
+    from dstrace.analysis import report_of
 
-    analysis = analyze(load_run(run_dir), clock_policy=clock_policy)
-    for warning in analysis.warnings:
+    report, warnings = report_of(run_dir, "html", clock_policy=clock_policy)
+    for warning in warnings:
         warn(warning)
     path = os.path.abspath(output or os.path.join(run_dir, REPORT_NAME))
     try:
-        write_text_atomic(path, render(analysis, "html"))
+        write_text_atomic(path, report)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
@@ -35,6 +32,6 @@ def write_report(run_dir: str, output: str | None = None, clock_policy: str = "a
 
 def show_report(run_dir: str, output: str | None = None, clock_policy: str = "auto") -> int:
     path = write_report(run_dir, output, clock_policy)
-    print(f"dstrace: report written to {path}", file=sys.stderr)
+    say(f"report written to {path}")
     print(pathlib.Path(path).as_uri())
     return 0

@@ -16,7 +16,7 @@ import tempfile
 import threading
 
 from dstrace.errors import UserError
-from dstrace.recording.manifest import TRACE_SUFFIXES
+from dstrace.runfolder.names import TRACE_SUFFIXES
 
 PLUGIN_ROUTE = "#pytorch_profiler"
 

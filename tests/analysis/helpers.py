@@ -1,6 +1,5 @@
 """Test helpers: analyze a folder quietly, as `dstrace analyze` does."""
-from dstrace.analysis.loading import load_run
-from dstrace.analysis.pipeline import analyze
+from dstrace.analysis import load_and_analyze
 
 
 def quiet(_message: str) -> None:
@@ -8,4 +7,4 @@ def quiet(_message: str) -> None:
 
 
 def analyze_dir(path, clock_policy: str = "auto"):
-    return analyze(load_run(str(path), progress=quiet), clock_policy=clock_policy)
+    return load_and_analyze(str(path), clock_policy=clock_policy, progress=quiet)

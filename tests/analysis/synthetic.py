@@ -13,9 +13,8 @@ import json
 import os
 from dataclasses import asdict
 
-from dstrace.recording.manifest import (
-    MANIFEST_SCHEMA, RUN_SCHEMA, DeepSpeedCall, GenerationCall, Inventory, Manifest, RankStatus, RunRecord,
-    TPRequest, write_json_atomic,
+from dstrace.runfolder.records import (
+    MANIFEST_SCHEMA, RUN_SCHEMA, DeepSpeedCall, GenerationCall, Inventory, Manifest, RankStatus, RunRecord, TPRequest, write_json_atomic,
 )
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"

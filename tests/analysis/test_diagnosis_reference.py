@@ -18,7 +18,7 @@ from dstrace.analysis.render import render
 from dstrace.analysis.render.common import SPAN_PARTS, rank_rows, shares, span_parts
 from dstrace.analysis.shift import SHIFT_RATIO, UNREPRESENTATIVE_RATIO
 from dstrace.analysis.steps import decode_step_ms
-from dstrace.recording.manifest import read_manifest
+from dstrace.runfolder.records import read_manifest
 from tests.conftest import ROOT
 
 TRACES = os.path.join(ROOT, "traces")

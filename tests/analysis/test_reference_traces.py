@@ -10,7 +10,7 @@ import os
 import pytest
 from helpers import analyze_dir
 
-from dstrace.recording.manifest import read_manifest
+from dstrace.runfolder.records import read_manifest
 from tests.conftest import ROOT
 
 TRACES = os.path.join(ROOT, "traces")

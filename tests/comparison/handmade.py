@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 
-from dstrace.recording.manifest import (MANIFEST_SCHEMA, RUN_SCHEMA, DeepSpeedCall, GenerationCall, Inventory,
-                                        Manifest, RankStatus, RunRecord, TPRequest, Weight, Window, manifest_path,
-                                        to_json, write_json_atomic)
+from dstrace.runfolder.names import manifest_path
+from dstrace.runfolder.records import (
+    MANIFEST_SCHEMA, RUN_SCHEMA, DeepSpeedCall, GenerationCall, Inventory, Manifest, RankStatus, RunRecord, TPRequest, Weight, Window, to_json, write_json_atomic,
+)
 
 HIDDEN = 8
 WEIGHTS = [("embed.weight", [32, HIDDEN]), ("layer.q.weight", [HIDDEN, HIDDEN]), ("layer.up.weight", [16, HIDDEN])]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dstrace.analysis.steps import decode_step_ms
 from dstrace.comparison.model import Spread
 from dstrace.comparison.stats import decode_gathered_bytes, indistinguishable, same_bytes, spread
-from dstrace.recording.manifest import MANIFEST_SCHEMA, GenerationCall, Manifest, Window
+from dstrace.runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, Window
 
 
 def manifest(calls: list[list[float]], window: Window | None) -> Manifest:

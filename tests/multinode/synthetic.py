@@ -11,7 +11,8 @@ import json
 import os
 import random
 
-from dstrace.recording.manifest import MANIFEST_SCHEMA, Manifest, manifest_path, to_json, write_json_atomic
+from dstrace.runfolder.names import manifest_path
+from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, to_json, write_json_atomic
 from dstrace.recording.summary import COLLECTIVE_COLUMNS, SUMMARY_SCHEMA, summary_path
 
 RANKS_PER_HOST = 8

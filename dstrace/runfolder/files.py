@@ -9,13 +9,10 @@ the target rather than writing where it points. A write that fails leaves no tem
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
-
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
 @contextmanager
@@ -68,8 +65,3 @@ def copy_regular_atomic(source: str, dest: str) -> None:
     with open_regular(source) as src, atomic_file(dest, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 
-
-def safe_name(text: str) -> str:
-    """A host or node name as part of a file name: letters, digits, '.', '_' and '-' only, never '..'."""
-    cleaned = _UNSAFE_NAME.sub("_", text).strip(".") or "_"
-    return cleaned

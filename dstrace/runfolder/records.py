@@ -1,4 +1,5 @@
-"""The per-rank manifest and the run record: what a trace alone cannot say about a rank.
+"""The per-rank manifest and the run record (their schemas are these dataclasses): what a trace alone cannot
+say about a rank.
 
 Both are plain JSON written atomically, so a reader sees either the previous whole file or the new
 whole file, never a torn one. Recording writes them; analysis reads them with `read_manifest`.
@@ -7,20 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import read_bytes_bounded, write_text_atomic
+from .files import read_bytes_bounded, write_text_atomic
 
 MANIFEST_SCHEMA = "dstrace.manifest/1"
 RUN_SCHEMA = "dstrace.run/1"
-MANIFEST_SUFFIX = ".manifest.json"
-RUN_FILE = "run.json"
-TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
-# unrecorded.<host>.<pid>.json: a rank whose interpreter could not run the recording code (the bootstrap's
-# sitecustomize writes it, and cannot import this module to share the name)
-UNRECORDED_PREFIX = "unrecorded."
 MAX_RECORD_BYTES = 64 << 20  # a manifest with a 70B model's inventory is about 2 MB
 MAX_WORLD = 1 << 20  # ranks a run folder may declare: far above any job, far below what exhausts memory
 
@@ -187,10 +181,6 @@ def write_json_atomic(path: str, payload: Any) -> None:
 
 def to_json(obj: Any) -> Any:
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
-
-
-def manifest_path(run_dir: str, rank: int) -> str:
-    return os.path.join(run_dir, f"rank{rank}{MANIFEST_SUFFIX}")
 
 
 def read_json_object(path: str) -> dict:

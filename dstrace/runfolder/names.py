@@ -1,0 +1,62 @@
+"""Every name in a run folder, and the one way to read a rank from a file name.
+
+    <host>_rank<N>.<ms>.pt.trace.json.gz   the rank's torch.profiler trace (HTA and TensorBoard read it)
+    rank<N>.manifest.json                   the rank's manifest (records.Manifest)
+    rank<N>.summary.json.gz                 the rank's summary, for analyses of many ranks
+    run.json                                the run record (records.RunRecord), by `dstrace record`
+    nodes/<node>.json                       node records of a run recorded node by node
+    deepspeed_env                           the variables DeepSpeed's runner forwards to other nodes
+    unrecorded.<host>.<pid>.json            a rank whose interpreter could not run the recording code
+    .<trace>.dstrace-cache.npz              a trace's reduction, kept by analyze
+    .dstrace-report.<format>.cache          the last report of each format, kept by analyze
+    dstrace-report.html, dstrace-merged.pftrace   what `dstrace view` writes by default
+"""
+from __future__ import annotations
+
+import os
+import re
+
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+MANIFEST_SUFFIX = ".manifest.json"
+SUMMARY_SUFFIX = ".summary.json.gz"
+RUN_FILE = "run.json"
+NODES_DIR = "nodes"
+DEEPSPEED_ENV_FILE = "deepspeed_env"
+# The bootstrap's sitecustomize writes these and cannot import dstrace to share the name.
+UNRECORDED_PREFIX = "unrecorded."
+PARSE_CACHE_SUFFIX = ".dstrace-cache.npz"
+REPORT_CACHE_PREFIX = ".dstrace-report."
+REPORT_NAME = "dstrace-report.html"
+MERGED_NAME = "dstrace-merged.pftrace"
+
+# What `dstrace record --force` clears: every file dstrace writes into a run folder.
+WRITTEN_SUFFIXES = TRACE_SUFFIXES + (MANIFEST_SUFFIX, SUMMARY_SUFFIX, PARSE_CACHE_SUFFIX, ".pftrace")
+WRITTEN_PREFIXES = (UNRECORDED_PREFIX, REPORT_CACHE_PREFIX)
+WRITTEN_NAMES = (RUN_FILE, DEEPSPEED_ENV_FILE, REPORT_NAME)
+
+_DSTRACE_RANK = re.compile(r"_rank(\d+)\.")
+_ANY_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def manifest_path(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, f"rank{rank}{MANIFEST_SUFFIX}")
+
+
+def node_record_path(run_dir: str, node: str) -> str:
+    return os.path.join(run_dir, NODES_DIR, f"{node}.json")
+
+
+def rank_in_name(name: str) -> int | None:
+    """The rank a trace's file name gives: dstrace's `<host>_rank<N>.` (the last one, a host name may hold
+    "rank" too), else the first `rank<N>` / `rank_<N>` other tools write; None when there is none."""
+    ours = _DSTRACE_RANK.findall(name)
+    if ours:
+        return int(ours[-1])
+    other = _ANY_RANK.search(name)
+    return int(other.group(1)) if other else None
+
+
+def safe_name(text: str) -> str:
+    """A host or node name as part of a file name: letters, digits, '.', '_' and '-' only, no leading dot."""
+    return _UNSAFE_NAME.sub("_", text).strip(".") or "_"
