@@ -9,7 +9,19 @@ import math
 import re
 
 GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
-LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
+"""Device activity dstrace reads: Kineto writes these for CUDA, ROCm (HIP), Intel XPU and PrivateUse1 devices."""
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver", "xpu_runtime", "xpu_driver",
+                               "privateuse1_runtime", "privateuse1_driver"})
+"""Host calls that launch that device activity (ROCm traces name theirs cuda_runtime too)."""
+ACCELERATOR_CATEGORIES = {
+    "mtia_ccp_events": "MTIA", "mtia_insight": "MTIA", "mtia_counters": "MTIA", "mtia_workloadd": "MTIA",
+    "mtia_runtime": "MTIA", "hpu_op": "HPU", "mlu_memcpy": "MLU", "mlu_memset": "MLU", "mlu_notifier": "MLU",
+    "mlu_runtime": "MLU", "mlu_user_annotation": "MLU",
+}
+"""Categories Kineto writes for accelerators whose device timeline dstrace does not read (category ->
+accelerator): a trace holding them is not CPU-only, and its host times are not the whole story."""
+P2P_KINDS = frozenset({"SendRecv", "Send", "Recv"})
+"""Point-to-point kinds: matched across ranks by (sender, receiver) and order, never as a group collective."""
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 GLOO_OP = re.compile(r"^gloo:(\w+)")
 C10D_OP = re.compile(r"^c10d::(\w+)")

@@ -30,7 +30,7 @@ from dstrace.analysis import identity
 from dstrace.analysis.reduction import RankReduction
 from dstrace.analysis.report_cache import PARSE_CACHE_SUFFIX
 
-FORMAT = 3
+FORMAT = 4
 """Bump when the parse, the events frame or the cached HTA results change meaning."""
 SUFFIX = PARSE_CACHE_SUFFIX
 

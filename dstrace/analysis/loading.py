@@ -32,6 +32,7 @@ from dstrace.errors import UserError
 from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.analysis.rankset import ranks_text
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.recording.manifest import (
     MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, Manifest, RunRecord, read_manifest, read_run,
@@ -263,19 +264,6 @@ def read_manifests(trace_dir: str, warnings: list[str],
     return manifests, run
 
 
-def ranks_text(ranks) -> str:
-    """rank 3; ranks 0-3, 7, 9-12: hundreds of ranks stay one line."""
-    ranks = sorted(ranks)
-    out, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            out.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(out)
-
-
 def _choose_run(traces: dict[int, RankTrace], run: RunRecord | None, trace_dir: str,
                 warnings: list[str], skipped: list[dict]) -> str | None:
     """One run per folder: traces of other runs are refused, or skipped when run.json says which is ours."""
@@ -398,6 +386,7 @@ def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int,
     loaded = LoadedRun(trace_dir=trace_dir, traces=ranks, world_size=world_size, run_id=run_id,
                        manifests=manifests, run_record=run, warnings=warnings, skipped=skipped, source=source)
     if loaded.missing_ranks:
-        warnings.append(f"no {source[:-1]} for {ranks_text(loaded.missing_ranks)} of world size {world_size}: "
-                        "waits are measured among the ranks found only")
+        warnings.append(f"no {source[:-1]} for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
+                        f"({len(loaded.missing_ranks)} missing): collectives of a group with a member missing get no "
+                        "wait/transfer split")
     return loaded

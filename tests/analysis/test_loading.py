@@ -67,7 +67,8 @@ def test_missing_ranks_of_the_world(tmp_path):
     a = analyze_dir(tmp_path)
     assert a.world_size == 4 and a.ranks_found == [0, 2] and a.missing_ranks == [1, 3]
     assert any("no trace for ranks 1, 3 of world size 4" in w for w in a.warnings)
-    assert a.ranks[0].collectives["AllReduce"].wait_us == pytest.approx(2.0)
+    ar = a.ranks[0].collectives["AllReduce"]  # its group lacks ranks 1 and 3: no split (test_partial_traces)
+    assert ar.unsplit_us == pytest.approx(50.0) and ar.wait_us == 0.0
 
 
 def test_traces_of_different_runs(tmp_path):

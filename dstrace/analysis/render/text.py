@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
-from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line
+from dstrace.analysis.render.common import collective_rows, rank_rows, ranks_line, ranks_of, steps_line, time_scope
 
 
 def table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -23,7 +23,7 @@ def render_text(a: Analysis) -> str:
     if line:
         out += ["Steps", f"  {line}", ""]
     if a.ranks:
-        out += ["Time per rank" + (" (GPU)" if a.device == "gpu" else " (host, CPU-only traces)")]
+        out += [f"Time per rank ({time_scope(a)})"]
         out += ["  " + x for x in table(*rank_rows(a))]
     head, rows = collective_rows(a)
     if rows:
