@@ -71,6 +71,21 @@ def kind_of(name: str) -> str | None:
     return next((kind for prefix, kind in KIND_PREFIXES if key.startswith(prefix)), None)
 
 
+def p2p_side(kind: str | None, coll_name, src_rank, dst_rank) -> tuple[str | None, float | None]:
+    """(role, peer) of a point-to-point call: "send" or "recv" from its kind or its `Collective name`, and the
+    global rank on the other side from torch's `Dst Rank` / `Src Rank` args (torch >= 2.4); None where the
+    trace does not say (older traces, send and recv batched in one kernel) and for every other kind."""
+    if kind not in P2P_KINDS:
+        return None, None
+    name = coll_name.strip('"').lower() if isinstance(coll_name, str) else ""
+    role = "send" if kind == "Send" or name == "send" else "recv" if kind == "Recv" or name == "recv" else None
+    try:
+        peer = float({"send": dst_rank, "recv": src_rank}.get(role))
+    except (TypeError, ValueError):
+        return role, None
+    return role, None if math.isnan(peer) else peer
+
+
 def parse_ranks(value) -> tuple[int, ...] | None:
     """`Process Group Ranks` is a string like "[0, 1]"; Kineto truncates long lists with "...": unusable."""
     if isinstance(value, list):

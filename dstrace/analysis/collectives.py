@@ -13,7 +13,7 @@ import pandas as pd
 
 from dstrace.analysis.model import CollectiveStats, LoadedRun
 from dstrace.trace_names import (
-    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, P2P_KINDS, dtype_bytes, kind_of, numel, parse_ranks,
+    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, dtype_bytes, kind_of, numel, p2p_side, parse_ranks,
 )
 
 
@@ -101,29 +101,17 @@ COLUMNS = ["rank", "kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "o
            "group_size", "group", "group_ranks", "source", "p2p_role", "p2p_peer"]
 
 
-def p2p_sides(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """(role, peer) of each point-to-point call: "send" or "recv" from the op's kind or `Collective name`, and
-    the global rank on the other side from torch's `Dst Rank` / `Src Rank` args; None and NaN when the
-    trace does not say (older traces, batched send/recv in one kernel), and for every other collective."""
-    coll_name = df["coll_name"] if "coll_name" in df else pd.Series(None, index=df.index, dtype=object)
-    named = coll_name.map(lambda c: str(c).strip('"').lower() if isinstance(c, str) else "")
-    role = pd.Series(None, index=df.index, dtype=object)
-    p2p = df["kind"].isin(P2P_KINDS)
-    role[p2p & ((df["kind"] == "Send") | (named == "send"))] = "send"
-    role[p2p & ((df["kind"] == "Recv") | (named == "recv"))] = "recv"
-    dst = pd.to_numeric(df["p2p_dst"], errors="coerce") if "p2p_dst" in df else pd.Series(np.nan, index=df.index)
-    src = pd.to_numeric(df["p2p_src"], errors="coerce") if "p2p_src" in df else pd.Series(np.nan, index=df.index)
-    peer = pd.Series(np.where(role == "send", dst, np.where(role == "recv", src, np.nan)), index=df.index)
-    return role, peer
-
-
 def rank_collectives(events: pd.DataFrame, has_gpu: bool, world_size: int) -> pd.DataFrame:
     """One rank's collectives with what `collective_events` needs: NCCL kernels on a rank with GPU kernels,
     the CPU ops otherwise (a run with any GPU rank reads the kernels only)."""
     df = gpu_collectives(events) if has_gpu else cpu_collectives(events, world_size)
     if df.empty:
         return pd.DataFrame(columns=RANK_COLUMNS)
-    df["p2p_role"], df["p2p_peer"] = p2p_sides(df)
+    nothing = [None] * len(df)
+    sides = [p2p_side(*call) for call in zip(df["kind"], df.get("coll_name", nothing), df.get("p2p_src", nothing),
+                                             df.get("p2p_dst", nothing))]
+    df["p2p_role"] = [role for role, _ in sides]
+    df["p2p_peer"] = pd.Series([peer for _, peer in sides], index=df.index, dtype=float)
     return df[RANK_COLUMNS].reset_index(drop=True)
 
 

@@ -89,11 +89,13 @@ def summary_reduction(s: dict) -> RankReduction:
         "kind": df["kind"], "name": df["kind"], "ts": ts, "dur": dur, "end": ts + dur,
         "host_ts": df["host_ts"].astype(float), "in_bytes": df["in_bytes"], "out_bytes": df["out_bytes"],
         "group_size": df["group_size"], "pg_name": df["group"], "pg_ranks": [groups.get(g) for g in df["group"]],
-        "source": df["source"]}, columns=collectives.RANK_COLUMNS)
+        "source": df["source"], "p2p_role": df.get("p2p_role"), "p2p_peer": df.get("p2p_peer")},
+        columns=collectives.RANK_COLUMNS)
     steps = s.get("steps") or []
     step_frame = pd.DataFrame([("dstrace/step ranges", st["step"], st["ts"], st["end"], st["ms"]) for st in steps],
                               columns=reduction.STEP_COLUMNS)
     gathers = pd.DataFrame([(st["ts"], st["gathered_bytes"]) for st in steps if st.get("gathered_bytes") is not None],
                            columns=reduction.GATHER_COLUMNS)
     return RankReduction(has_gpu=s.get("device") == "gpu", collectives=coll, steps=step_frame, gathers=gathers,
-                         utilization=s.get("utilization") or utilization.idle_rank())
+                         utilization=s.get("utilization") or utilization.idle_rank(),
+                         accelerator_events=s.get("accelerator_events") or {})

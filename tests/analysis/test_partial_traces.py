@@ -11,7 +11,10 @@ import pytest
 import synthetic
 from helpers import analyze_dir, quiet
 from dstrace.analysis.loading import load_run
+from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
+from dstrace.analysis.summaries import load_summaries
+from dstrace.recording.summary import write_summary
 
 SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
 
@@ -211,3 +214,27 @@ def test_xpu_kernels_are_device_activity_launched_by_xpu_runtime(tmp_path):
     coll = run.traces[0].reduced.collectives
     assert float(coll["ts"].iloc[0] - coll["host_ts"].iloc[0]) == pytest.approx(600.0)
     assert run.device == "gpu" and not run.accelerators
+
+
+def with_summaries(folder):
+    """Each trace's rank summary, as `dstrace record` writes it inside the job."""
+    for path in sorted(folder.glob("*.pt.trace.json.gz")):
+        rank = int(path.name.split("_rank")[1].split(".")[0])
+        write_summary(str(folder), path.name, rank, 3, "hostA", "run-1")
+
+
+def test_summaries_match_p2p_and_see_the_accelerator_as_the_traces_do(tmp_path):
+    peers, mtia = tmp_path / "peers", tmp_path / "mtia"
+    peers.mkdir()
+    mtia.mkdir()
+    pipeline_with_peers(peers)
+    mtia_run(mtia)
+    for folder in (peers, mtia):
+        with_summaries(folder)
+    traced, summed = analyze_dir(peers), analyze(load_summaries(str(peers)))
+    for r in range(3):
+        assert summed.ranks[r].wait_us == pytest.approx(traced.ranks[r].wait_us)
+        assert summed.ranks[r].waited_for == pytest.approx(traced.ranks[r].waited_for)
+        assert summed.ranks[r].unsplit_us == 0.0
+    summed = analyze(load_summaries(str(mtia)))
+    assert summed.device == "host-only" and set(summed.accelerators) == {"MTIA"}
