@@ -54,6 +54,8 @@ def test_p2p_kernels_without_named_peers_are_not_matched(tmp_path):
     assert "split withheld" in warning and "point-to-point" in warning and "do not name" in warning
     assert "\n" not in warning
     assert a.waits_over_time.empty
+    text = render(a, "text")
+    assert "withheld" in text and "[peer-wait]" not in text
 
 
 def pipeline_with_peers(folder, late2=400.0, late1=100.0, n=4):
