@@ -9,7 +9,19 @@ import math
 import re
 
 GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
-LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
+"""Device activity dstrace reads: Kineto writes these for CUDA, ROCm (HIP), Intel XPU and PrivateUse1 devices."""
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver", "xpu_runtime", "xpu_driver",
+                               "privateuse1_runtime", "privateuse1_driver"})
+"""Host calls that launch that device activity (ROCm traces name theirs cuda_runtime too)."""
+ACCELERATOR_CATEGORIES = {
+    "mtia_ccp_events": "MTIA", "mtia_insight": "MTIA", "mtia_counters": "MTIA", "mtia_workloadd": "MTIA",
+    "mtia_runtime": "MTIA", "hpu_op": "HPU", "mlu_memcpy": "MLU", "mlu_memset": "MLU", "mlu_notifier": "MLU",
+    "mlu_runtime": "MLU", "mlu_user_annotation": "MLU",
+}
+"""Categories Kineto writes for accelerators whose device timeline dstrace does not read (category ->
+accelerator): a trace holding them is not CPU-only, and its host times are not the whole story."""
+P2P_KINDS = frozenset({"SendRecv", "Send", "Recv"})
+"""Point-to-point kinds: matched across ranks by (sender, receiver) and order, never as a group collective."""
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 GLOO_OP = re.compile(r"^gloo:(\w+)")
 C10D_OP = re.compile(r"^c10d::(\w+)")
@@ -57,6 +69,21 @@ def kind_of(name: str) -> str | None:
     if key in NOT_COLLECTIVES:
         return None
     return next((kind for prefix, kind in KIND_PREFIXES if key.startswith(prefix)), None)
+
+
+def p2p_side(kind: str | None, coll_name, src_rank, dst_rank) -> tuple[str | None, float | None]:
+    """(role, peer) of a point-to-point call: "send" or "recv" from its kind or its `Collective name`, and the
+    global rank on the other side from torch's `Dst Rank` / `Src Rank` args (torch >= 2.4); None where the
+    trace does not say (older traces, send and recv batched in one kernel) and for every other kind."""
+    if kind not in P2P_KINDS:
+        return None, None
+    name = coll_name.strip('"').lower() if isinstance(coll_name, str) else ""
+    role = "send" if kind == "Send" or name == "send" else "recv" if kind == "Recv" or name == "recv" else None
+    try:
+        peer = float({"send": dst_rank, "recv": src_rank}.get(role))
+    except (TypeError, ValueError):
+        return role, None
+    return role, None if math.isnan(peer) else peer
 
 
 def parse_ranks(value) -> tuple[int, ...] | None:

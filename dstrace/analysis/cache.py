@@ -30,7 +30,7 @@ from dstrace.analysis import identity
 from dstrace.analysis.reduction import RankReduction
 from dstrace.runfolder.names import PARSE_CACHE_SUFFIX
 
-FORMAT = 4
+FORMAT = 5
 """Bump when the parse, the events frame or the cached HTA results change meaning."""
 SUFFIX = PARSE_CACHE_SUFFIX
 

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis.model import CollectiveStats, LoadedRun
-from dstrace.trace_names import C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, dtype_bytes, kind_of, numel, parse_ranks
+from dstrace.trace_names import (
+    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, dtype_bytes, kind_of, numel, p2p_side, parse_ranks,
+)
 
 
 def busbw_factor(kind: str, n: int) -> float:
@@ -94,9 +96,9 @@ def cpu_collectives(events: pd.DataFrame, world_size: int) -> pd.DataFrame:
 
 
 RANK_COLUMNS = ["kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "group_size", "pg_name",
-                "pg_ranks", "source"]
+                "pg_ranks", "source", "p2p_role", "p2p_peer"]
 COLUMNS = ["rank", "kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "bytes",
-           "group_size", "group", "group_ranks", "source"]
+           "group_size", "group", "group_ranks", "source", "p2p_role", "p2p_peer"]
 
 
 def rank_collectives(events: pd.DataFrame, has_gpu: bool, world_size: int) -> pd.DataFrame:
@@ -105,6 +107,11 @@ def rank_collectives(events: pd.DataFrame, has_gpu: bool, world_size: int) -> pd
     df = gpu_collectives(events) if has_gpu else cpu_collectives(events, world_size)
     if df.empty:
         return pd.DataFrame(columns=RANK_COLUMNS)
+    nothing = [None] * len(df)
+    sides = [p2p_side(*call) for call in zip(df["kind"], df.get("coll_name", nothing), df.get("p2p_src", nothing),
+                                             df.get("p2p_dst", nothing))]
+    df["p2p_role"] = [role for role, _ in sides]
+    df["p2p_peer"] = pd.Series([peer for _, peer in sides], index=df.index, dtype=float)
     return df[RANK_COLUMNS].reset_index(drop=True)
 
 
@@ -123,24 +130,34 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     df["group"] = [str(g) if isinstance(g, str) and g else "world" for g in df["pg_name"]]
     df["group_size"] = pd.to_numeric(df["group_size"], errors="coerce")
     df["group_size"] = df["group_size"].fillna(df["group_ranks"].map(len)).astype("int64")
+    df["p2p_peer"] = pd.to_numeric(df["p2p_peer"], errors="coerce")
+    df["p2p_role"] = df["p2p_role"].where(df["p2p_role"].isin(("send", "recv")), None)
     return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)[COLUMNS]
 
 
 def collective_stats(coll: pd.DataFrame) -> dict[int, dict[str, CollectiveStats]]:
-    """Per rank and kind: count, bytes, time, and the nccl-tests bandwidths. Needs wait_us/transfer_us."""
+    """Per rank and kind: count, bytes, time, and the nccl-tests bandwidths. Needs the `alignment.split_wait`
+    columns: calls whose split is withheld count in `unsplit_us` and not in the bandwidth over transfer."""
     out: dict[int, dict[str, CollectiveStats]] = {}
     if coll.empty:
         return out
+    split = coll["split"].astype(bool)
+    coll = coll.assign(split_bytes=coll["bytes"].where(split, 0), unsplit_us=coll["dur"].where(~split, 0.0))
     grouped = coll.groupby(["rank", "kind"]).agg(
         count=("dur", "size"), bytes=("bytes", "sum"), kernel_us=("dur", "sum"),
-        wait_us=("wait_us", "sum"), transfer_us=("transfer_us", "sum"), group_size=("group_size", "max"))
+        wait_us=("wait_us", "sum"), transfer_us=("transfer_us", "sum"), unsplit_us=("unsplit_us", "sum"),
+        split_count=("split", "sum"), split_bytes=("split_bytes", "sum"), group_size=("group_size", "max"))
     for (rank, kind), row in grouped.iterrows():
         algbw = row["bytes"] / row["kernel_us"] / 1e3 if row["kernel_us"] > 0 else 0.0
-        transfer_bw = row["bytes"] / row["transfer_us"] / 1e3 if row["transfer_us"] > 0 else 0.0
         factor = busbw_factor(kind, int(row["group_size"]))
+        transfer_busbw = None
+        if row["split_count"]:
+            transfer_bw = row["split_bytes"] / row["transfer_us"] / 1e3 if row["transfer_us"] > 0 else 0.0
+            transfer_busbw = float(transfer_bw * factor)
         out.setdefault(int(rank), {})[kind] = CollectiveStats(
             count=int(row["count"]), bytes=int(row["bytes"]), kernel_us=float(row["kernel_us"]),
             wait_us=float(row["wait_us"]), transfer_us=float(row["transfer_us"]),
             algbw_GBps=float(algbw), busbw_GBps=float(algbw * factor),
-            busbw_transfer_GBps=float(transfer_bw * factor), group_size=int(row["group_size"]))
+            busbw_transfer_GBps=transfer_busbw, group_size=int(row["group_size"]),
+            unsplit_us=float(row["unsplit_us"]))
     return out

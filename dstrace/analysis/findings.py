@@ -118,8 +118,14 @@ def _release(version: str | None) -> tuple[int, ...] | None:
 
 
 def _exposed_transfer(s: RankSummary) -> float:
-    """Exposed communication less the time spent waiting for peers (an upper bound on its transfer part)."""
-    return max(s.exposed_comm_us - s.wait_us, 0.0)
+    """Exposed communication less the time spent waiting for peers, and less the time of calls whose split is
+    withheld (any of it may be waiting): what is surely transfer, at most."""
+    return max(s.exposed_comm_us - s.wait_us - s.unsplit_us, 0.0)
+
+
+def _split_comm(s: RankSummary) -> float:
+    """Collective time whose wait/transfer split was measured."""
+    return max(s.comm_us - s.unsplit_us, 0.0)
 
 
 def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
@@ -132,8 +138,8 @@ def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding |
         kinds = sorted(s.collectives.items(), key=lambda kv: kv[1].kernel_us, reverse=True)
         evidence[str(r)] = {
             "span_us": s.span_us, "exposed_comm_us": s.exposed_comm_us, "wait_us": s.wait_us,
-            "exposed_transfer_us": _exposed_transfer(s), "exposed_fraction": _exposed_transfer(s) / s.span_us,
-            "comm_us": s.busy_us.get("communication", 0.0),
+            "unsplit_us": s.unsplit_us, "exposed_transfer_us": _exposed_transfer(s),
+            "exposed_fraction": _exposed_transfer(s) / s.span_us, "comm_us": s.busy_us.get("communication", 0.0),
             "hta_comm_comp_overlap_pct": s.hta.get("comm_comp_overlap_pct"),
             "by_kind_us": {k: c.kernel_us for k, c in kinds},
         }
@@ -148,8 +154,9 @@ def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding |
     cause = f"collectives move data while nothing else runs: {pct} of the span is transfer no compute overlaps"
     if top_kind[0]:
         k, c = top_kind
-        sizes = (f", {_gb(c.bytes)}, {c.busbw_GBps:.1f} GB/s bus bandwidth, {c.busbw_transfer_GBps:.1f} GB/s "
-                 "excluding peer wait") if c.bytes else ""
+        sizes = f", {_gb(c.bytes)}, {c.busbw_GBps:.1f} GB/s bus bandwidth" if c.bytes else ""
+        if c.bytes and c.busbw_transfer_GBps is not None:
+            sizes += f", {c.busbw_transfer_GBps:.1f} GB/s excluding peer wait"
         summary += f"; mostly {k} ({c.count} calls, {_ms(c.kernel_us)}{sizes})"
         cause += f", mostly {k} ({_gb(c.bytes)} in {c.count} calls)" if c.bytes else f", mostly {k}"
     remedy = ("move fewer bytes per step (ZeRO-3 re-gathers weights every forward; AutoTP or a device_map move "
@@ -174,9 +181,10 @@ def _host_bound_ranks(ranks: dict[int, RankSummary], device: str) -> dict[int, t
 
 def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | None:
     """`peer-wait` when one rank is consistently late (a straggler), `mutual-wait` when every rank keeps
-    the others waiting in turn (jitter): two causes with different remedies."""
-    hit = {r: s for r, s in ranks.items() if s.comm_us > 0 and s.span_us > 0
-           and s.wait_us / s.comm_us >= PEER_WAIT_SHARE and s.wait_us >= PEER_WAIT_MIN_SPAN_FRACTION * s.span_us}
+    the others waiting in turn (jitter): two causes with different remedies. Over the calls whose
+    wait/transfer split holds only (`alignment.withheld`)."""
+    hit = {r: s for r, s in ranks.items() if _split_comm(s) > 0 and s.span_us > 0
+           and s.wait_us / _split_comm(s) >= PEER_WAIT_SHARE and s.wait_us >= PEER_WAIT_MIN_SPAN_FRACTION * s.span_us}
     if not hit:
         return None
     late = {r: {"late_count": s.late_count, "caused_wait_us": s.caused_wait_us}
@@ -189,8 +197,9 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | N
     evidence = {
         "threshold_wait_share": PEER_WAIT_SHARE, "threshold_min_span_fraction": PEER_WAIT_MIN_SPAN_FRACTION,
         "threshold_straggler_share": STRAGGLER_SHARE,
-        "waiting": {str(r): {"wait_us": s.wait_us, "comm_us": s.comm_us, "wait_share": s.wait_us / s.comm_us,
-                             "span_us": s.span_us, "waited_for_us": {str(p): w for p, w in s.waited_for.items()}}
+        "waiting": {str(r): {"wait_us": s.wait_us, "comm_us": s.comm_us, "unsplit_us": s.unsplit_us,
+                             "wait_share": s.wait_us / _split_comm(s), "span_us": s.span_us,
+                             "waited_for_us": {str(p): w for p, w in s.waited_for.items()}}
                     for r, s in sorted(hit.items())},
         "late_ranks": {str(r): {**v, "caused_share": v["caused_wait_us"] / caused_total if caused_total else None,
                                 "late_share": v["late_count"] / late_total if late_total else None}
@@ -200,7 +209,8 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | N
     host_bound = _host_bound_ranks(ranks, device)
 
     def waits(r: int, s: RankSummary) -> str:
-        return f"rank {r} waits {_ms(s.wait_us)} ({s.wait_us / s.comm_us:.0%} of its collective time)"
+        of = "its collective time" if not s.unsplit_us else "its collective time with a measured split"
+        return f"rank {r} waits {_ms(s.wait_us)} ({s.wait_us / _split_comm(s):.0%} of {of})"
 
     if straggler is None:
         shares = ", ".join(f"rank {r} {v['late_count']} ({v['late_count'] / late_total:.0%})"
@@ -315,7 +325,8 @@ def zero3_gathers_model(steps: StepSummary | None, ranks: list[int],
     concerned = [r for r, e in steps.per_rank.items()
                  if e.get("gathered_bytes_median", 0) >= ZERO3_MODEL_FRACTION * steps.model_bytes] or ranks
     step_ms = steps.ms_per_step if steps.ms_per_step is not None else steps.ms_median
-    summary = (f"each decode step gathers {_gb(steps.gathered_bytes_median)} per rank, {ratio:.0%} of the model's "
+    step = "decode step" if steps.decode else "step"
+    summary = (f"each {step} gathers {_gb(steps.gathered_bytes_median)} per rank, {ratio:.0%} of the model's "
                f"{_gb(steps.model_bytes)}: ZeRO-3 gathers the weights again on every forward "
                f"({step_ms:.1f} ms per decode step)")
     link = _gather_per_step(summaries or {}, steps)

@@ -31,9 +31,10 @@ from dstrace.errors import UserError
 from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.rankset import ranks_text
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
-from dstrace.runfolder.records import Manifest, RunRecord, ranks_text, read_manifest, read_run, why_no_trace
+from dstrace.runfolder.records import Manifest, RunRecord, read_manifest, read_run, why_no_trace
 from dstrace.say import say
 
 
@@ -388,6 +389,7 @@ def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int,
     loaded = LoadedRun(trace_dir=trace_dir, traces=ranks, world_size=world_size, run_id=run_id,
                        manifests=manifests, run_record=run, warnings=warnings, skipped=skipped, source=source)
     if loaded.missing_ranks:
-        warnings.append(f"no {source[:-1]} for {ranks_text(loaded.missing_ranks)} of world size {world_size}: "
-                        "waits are measured among the ranks found only")
+        warnings.append(f"no {source[:-1]} for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
+                        f"({len(loaded.missing_ranks)} missing): collectives of a group with a member missing get no "
+                        "wait/transfer split")
     return loaded

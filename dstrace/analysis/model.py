@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from dstrace.runfolder.records import Manifest, RunRecord
+from dstrace.trace_names import ACCELERATOR_CATEGORIES
 
 if TYPE_CHECKING:
     from dstrace.analysis.reduction import RankReduction
@@ -61,11 +62,28 @@ class LoadedRun:
 
     @property
     def device(self) -> str:
-        """"gpu" when any rank has GPU kernels, "cpu" when there are only CPU events (the analysis then reads
-        CPU-side collectives), "none" when no trace was recorded (manifests only)."""
+        """"gpu" when any rank has GPU kernels; "host-only" when none has, but a trace holds the activity of an
+        accelerator dstrace does not read (MTIA, HPU): its host side is all that is analyzed; "cpu" when
+        there are only CPU events (the analysis then reads CPU-side collectives); "none" when no trace was
+        recorded (manifests only)."""
         if not self.traces:
             return "none"
-        return "gpu" if any(t.has_gpu for t in self.traces.values()) else "cpu"
+        if any(t.has_gpu for t in self.traces.values()):
+            return "gpu"
+        return "host-only" if self.accelerators else "cpu"
+
+    @property
+    def accelerators(self) -> dict[str, dict]:
+        """Accelerators whose device timeline dstrace does not read, by name (trace_names.ACCELERATOR_CATEGORIES):
+        the ranks whose traces hold their events, and the events per category over those ranks."""
+        out: dict[str, dict] = {}
+        for rank, t in sorted(self.traces.items()):
+            for cat, n in (t.reduced.accelerator_events or {}).items():
+                entry = out.setdefault(ACCELERATOR_CATEGORIES.get(cat, cat), {"ranks": [], "events": {}})
+                if rank not in entry["ranks"]:
+                    entry["ranks"].append(rank)
+                entry["events"][cat] = entry["events"].get(cat, 0) + int(n)
+        return out
 
 
 @dataclass
@@ -78,8 +96,10 @@ class CollectiveStats:
     transfer_us: float
     algbw_GBps: float
     busbw_GBps: float
-    busbw_transfer_GBps: float  # bus bandwidth over transfer time only, peer wait excluded
+    busbw_transfer_GBps: float | None  # bus bandwidth over transfer time only, peer wait excluded; None when
+    # the split is withheld for every call of the kind
     group_size: int
+    unsplit_us: float = 0.0  # time of calls whose wait/transfer split is withheld (`alignment.withheld`)
 
 
 @dataclass
@@ -90,6 +110,7 @@ class ClockOffset:
     residual_us: float | None  # median |end difference| to the reference after correction
     matched: int  # collectives shared with the rank the offset was estimated against
     via: int | None = None  # the rank it was estimated against (the reference, or a rank chained to it)
+    call_median_us: float | None = None  # median duration of the calls the residual was measured on
 
 
 @dataclass
@@ -107,6 +128,7 @@ class RankSummary:
     waited_for: dict[int, float]  # peer rank -> wait spent on it arriving last
     late_count: int  # matched collectives this rank arrived last to
     caused_wait_us: float  # peers' wait on collectives this rank arrived last to
+    unsplit_us: float = 0.0  # collective time whose wait/transfer split is withheld (in comm_us, not in wait_us)
     devices: dict[str, dict[str, float]] = field(default_factory=dict)
     hta: dict[str, Any] = field(default_factory=dict)
     host_time: dict[str, Any] = field(default_factory=dict)
@@ -125,6 +147,8 @@ class StepSummary:
     ms_per_step: float | None = None  # `steps.step_time`: the one ms per decode step of the run
     ms_per_step_covers: str | None = None  # which steps that is, in words
     ms_per_step_samples: int = 0
+    decode: bool = True  # the steps are generate() forwards dstrace saw (its step ranges or manifests), not
+    # ProfilerStep iterations of any workload
 
 
 @dataclass
@@ -155,3 +179,4 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    accelerators: dict[str, dict] = field(default_factory=dict)  # LoadedRun.accelerators

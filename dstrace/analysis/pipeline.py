@@ -7,6 +7,7 @@ import pandas as pd
 
 from dstrace.analysis import alignment, collectives, findings, hta_breakdown, steps as steps_mod, utilization
 from dstrace.analysis.model import Analysis, LoadedRun, RankSummary
+from dstrace.rankset import ranks_text
 
 
 def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
@@ -21,16 +22,19 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     elif device == "cpu":
         notes.append("no GPU kernels in any trace: analyzed the CPU-side collective ops (gloo / c10d) instead; "
                      "all times are host times and HTA's GPU breakdowns do not apply")
-    else:
+    elif device == "gpu":
         for r, t in sorted(run.traces.items()):
             if not t.has_gpu:
                 warnings.append(f"rank {r} has no GPU kernels in its trace; its GPU breakdown is empty")
+    accelerators = run.accelerators
+    if accelerators:
+        warnings.append(_accelerator_warning(accelerators, device))
 
     step_df, step_source = steps_mod.step_ranges(run)
     coll = collectives.collective_events(run)
     notes.extend(_unknown_sizes_note(coll))
     hosts = {r: t.host for r, t in run.traces.items()}
-    coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy)
+    coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy, alignment.host_only_reason(run))
     warnings.extend(align_warnings)
     note = alignment.alignment_note(clock)
     if note:
@@ -51,7 +55,8 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             busy_us=util["busy_us"], exposed_comm_us=util["exposed_comm_us"], collectives=stats.get(r, {}),
             comm_us=w.get("comm_us", 0.0), wait_us=w.get("wait_us", 0.0), waited_for=w.get("waited_for", {}),
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
-            devices=util.get("devices", {}), hta=hta.get(r, {}), host_time=trace.reduced.host_time,
+            unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, {}),
+            host_time=trace.reduced.host_time,
         )
     step_summary = steps_mod.summarize_steps(run, step_df, step_source, coll)
     found = findings.all_findings(run, summaries, step_summary)
@@ -61,7 +66,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
         trace_dir=run.trace_dir, run_id=run.run_id, device=device, world_size=run.world_size,
         ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=summaries, steps=step_summary,
         findings=found, clock=clock, waits_over_time=_waits_over_time(coll), warnings=warnings, notes=notes,
-        skipped=run.skipped)
+        skipped=run.skipped, accelerators=accelerators)
 
 
 TRACE_POINTERS_PER_FINDING = 8
@@ -80,6 +85,18 @@ def _trace_pointers(run: LoadedRun, found: list) -> list[str]:
     return out
 
 
+def _accelerator_warning(accelerators: dict[str, dict], device: str) -> str:
+    """Say plainly that a device timeline is in the traces and not in the report."""
+    held = "; ".join(f"{name} on {ranks_text(a['ranks'])} ("
+                     + ", ".join(f"{cat} {n}" for cat, n in sorted(a["events"].items())) + " events)"
+                     for name, a in sorted(accelerators.items()))
+    names = " and ".join(sorted(accelerators))
+    scope = ("every time in this report is a host (CPU) time, not the whole story" if device == "host-only"
+             else "those ranks' device time is missing from this report")
+    return (f"{names} device timeline not analyzed: the traces hold {held}; dstrace reads the device activity of "
+            f"CUDA, ROCm and XPU traces only, so {scope}; open the traces in HTA or Perfetto for the device")
+
+
 def _unknown_sizes_note(coll: pd.DataFrame) -> list[str]:
     if len(coll) and (coll["bytes"] == 0).all():
         return ["collective sizes are unknown in these traces (profile with record_shapes=True on CPU)"]
@@ -87,9 +104,11 @@ def _unknown_sizes_note(coll: pd.DataFrame) -> list[str]:
 
 
 def _waits_over_time(coll: pd.DataFrame) -> pd.DataFrame:
-    """Each collective's wait against its start, in ms from the first one: the report's scatter plot."""
+    """Each collective's wait against its start, in ms from the first one: the report's scatter plot (calls
+    whose split is withheld are left out)."""
     if not len(coll):
         return pd.DataFrame(columns=["rank", "kind", "ts_ms", "wait_us"])
     t0 = float(coll["ts"].min())
-    return pd.DataFrame({"rank": coll["rank"], "kind": coll["kind"], "ts_ms": (coll["ts"] - t0) / 1e3,
-                         "wait_us": coll["wait_us"]})
+    split = coll[coll["split"].astype(bool)]
+    return pd.DataFrame({"rank": split["rank"], "kind": split["kind"], "ts_ms": (split["ts"] - t0) / 1e3,
+                         "wait_us": split["wait_us"]})

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import collectives, host, intervals, utilization
-from dstrace.trace_names import ALLGATHER_RANGE, DSTRACE_STEP, PROFILER_STEP
+from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, DSTRACE_STEP, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
 """Where step ranges come from, most informative first: the run uses the first source any rank has."""
@@ -32,6 +32,14 @@ class RankReduction:
     host_time: dict = field(default_factory=dict)  # `host.host_during_idle`, GPU ranks only
     hta: dict | None = None  # {"breakdowns", "problems"} from `hta_breakdown.rank_breakdowns`, GPU ranks only
     step_work: list = field(default_factory=list)  # `step_work`: per step, GPU kernel time and host work by name
+    accelerator_events: dict = field(default_factory=dict)  # category -> events, of ACCELERATOR_CATEGORIES
+
+
+def accelerator_events(events: pd.DataFrame) -> dict[str, int]:
+    """Events of each category an accelerator dstrace does not read writes (MTIA, HPU, MLU): the sign that
+    the trace is not CPU-only even without a kernel."""
+    counts = events.loc[events["cat"].isin(ACCELERATOR_CATEGORIES), "cat"].value_counts()
+    return {str(c): int(n) for c, n in sorted(counts.items())}
 
 
 def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
@@ -116,4 +124,4 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: dict | None = None) 
         host_time = {}
     return RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
                          utilization=util, host_time=host_time, hta=hta if has_gpu else None,
-                         step_work=step_work(events, steps))
+                         step_work=step_work(events, steps), accelerator_events=accelerator_events(events))

@@ -1,8 +1,10 @@
-"""Decode steps: how long each takes and how many bytes ZeRO-3 gathers in each.
+"""Steps: how long each takes and how many bytes ZeRO-3 gathers in each.
 
-Steps are the `dstrace/step#<n>` ranges (one model forward; n=0 is the prefill), else torch's
-`ProfilerStep#<n>`. A step's time runs from its start to the next step's start, so the host-side
-wait for the GPU at the end of each step (token sampling) is counted; the last step uses its range.
+Steps are the `dstrace/step#<n>` ranges (one forward of generate(); n=0 is the prefill), else torch's
+`ProfilerStep#<n>` (one `prof.step()` of whatever the workload is: a training iteration as well as a
+decode step). Only the first are called decode steps, and only there is step 0 a prefill to leave
+out. A step's time runs from its start to the next step's start, so the host-side wait for the GPU
+at the end of each step (token sampling) is counted; the last step uses its range.
 """
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ import pandas as pd
 from dstrace.analysis.model import LoadedRun, StepSummary
 from dstrace.analysis.reduction import STEP_SOURCES
 from dstrace.runfolder.records import Manifest
+
+DECODE_SOURCES = (STEP_SOURCES[0][0], "manifest step_ms")
+"""Step sources that are generate() forwards: dstrace's step ranges and the manifests' per-call step times."""
 
 STEP_FRAME = ["rank", "step", "ts", "end", "ms"]
 
@@ -70,8 +75,11 @@ def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:
     return pd.DataFrame(columns=STEP_FRAME), None
 
 
-def decode_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Steps after the prefill (step 0) when there are any, else all of them."""
+def decode_steps(steps: pd.DataFrame, source: str | None) -> pd.DataFrame:
+    """dstrace's steps after the prefill (step 0) when there are any, else all of them; ProfilerStep ranges
+    have no prefill: all of them."""
+    if source not in DECODE_SOURCES:
+        return steps
     decode = steps[steps["step"] > 0]
     return decode if not decode.empty else steps
 
@@ -116,7 +124,7 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
     if timing is None and not manifest_ms:
         return None
     per_rank = {}
-    decode = decode_steps(steps) if not steps.empty else steps
+    decode = decode_steps(steps, source) if not steps.empty else steps
     gathered, gathered_source = gathered_per_step(run, decode, coll) if not decode.empty else (pd.Series(dtype=float), None)
     for rank, g in decode.groupby("rank"):
         entry = {"count": int(len(g)), "ms_median": float(g["ms"].median())}
@@ -150,6 +158,6 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
         count=count, ms_median=ms_median, source=source or "", per_rank=per_rank,
         manifest_ms_median=float(statistics.median(manifest_ms)) if manifest_ms else None,
         gathered_bytes_median=float(gathered.median()) if len(gathered) else None,
-        gathered_source=gathered_source, model_bytes=model_bytes(run),
+        gathered_source=gathered_source, model_bytes=model_bytes(run), decode=source in DECODE_SOURCES,
         ms_per_step=timing.ms if timing else None, ms_per_step_covers=timing.covers if timing else None,
         ms_per_step_samples=timing.samples if timing else 0)

@@ -57,24 +57,24 @@ def load_summaries(trace_dir: str) -> LoadedRun:
     trace_dir = os.path.abspath(trace_dir)
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
-    found: dict[int, dict] = {}
+    found: dict[int, tuple[dict, RankReduction]] = {}
     for name in _names(trace_dir):
         if not name.endswith(SUMMARY_SUFFIX):
             continue
         path = os.path.join(trace_dir, name)
         try:
             s = read_summary(path)
-            found[int(s["rank"])] = s
-        except (OSError, ValueError, TypeError, KeyError, EOFError) as exc:
+            found[int(s["rank"])] = s, summary_reduction(s)
+        except (OSError, ValueError, TypeError, KeyError, EOFError, AttributeError) as exc:
             skipped.append({"path": path, "reason": str(exc)})
             warnings.append(f"skipped {name}: {exc}")
     manifests, run = read_manifests(trace_dir, warnings, skipped)
     if not found:
         raise UserError(f"no usable rank summary in {trace_dir}")
     ranks = {rank: RankTrace(rank=rank, path=os.path.join(trace_dir, s.get("trace_file") or ""),
-                             reduced=summary_reduction(s), world_size=s.get("world_size"), host=s.get("host"),
+                             reduced=reduced, world_size=s.get("world_size"), host=s.get("host"),
                              run_id=s.get("run_id"), distributed=s.get("distributed"))
-             for rank, s in sorted(found.items())}
+             for rank, (s, reduced) in sorted(found.items())}
     return settle_run(trace_dir, ranks, manifests, run, warnings, skipped, source="summaries")
 
 
@@ -89,11 +89,13 @@ def summary_reduction(s: dict) -> RankReduction:
         "kind": df["kind"], "name": df["kind"], "ts": ts, "dur": dur, "end": ts + dur,
         "host_ts": df["host_ts"].astype(float), "in_bytes": df["in_bytes"], "out_bytes": df["out_bytes"],
         "group_size": df["group_size"], "pg_name": df["group"], "pg_ranks": [groups.get(g) for g in df["group"]],
-        "source": df["source"]}, columns=collectives.RANK_COLUMNS)
+        "source": df["source"], "p2p_role": df.get("p2p_role"), "p2p_peer": df.get("p2p_peer")},
+        columns=collectives.RANK_COLUMNS)
     steps = s.get("steps") or []
     step_frame = pd.DataFrame([("dstrace/step ranges", st["step"], st["ts"], st["end"], st["ms"]) for st in steps],
                               columns=reduction.STEP_COLUMNS)
     gathers = pd.DataFrame([(st["ts"], st["gathered_bytes"]) for st in steps if st.get("gathered_bytes") is not None],
                            columns=reduction.GATHER_COLUMNS)
     return RankReduction(has_gpu=s.get("device") == "gpu", collectives=coll, steps=step_frame, gathers=gathers,
-                         utilization=s.get("utilization") or utilization.idle_rank())
+                         utilization=s.get("utilization") or utilization.idle_rank(),
+                         accelerator_events=s.get("accelerator_events") or {})

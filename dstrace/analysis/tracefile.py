@@ -39,6 +39,8 @@ ARG_COLUMNS = (
     ("pg_ranks", "Process Group Ranks"),
     ("input_dims", "Input Dims"),
     ("input_type", "Input type"),
+    ("p2p_src", "Src Rank"),
+    ("p2p_dst", "Dst Rank"),
 )
 HTA_ARG_COLUMNS = (
     ("bytes", "bytes"),
@@ -49,6 +51,7 @@ HTA_ARG_COLUMNS = (
 )
 ALL_ARGS = ARG_COLUMNS + HTA_ARG_COLUMNS
 NUMERIC_ARGS = frozenset({"correlation", "external_id", "stream", "device", "in_nelems", "out_nelems", "group_size",
+                          "p2p_src", "p2p_dst",
                           "bytes", "memory_bw_gbps", "wait_on_stream", "wait_on_cuda_event_record_corr_id"})
 """Arg columns held as float64 (NaN when absent); the others hold the raw values (None when absent)."""
 CODED = ("name", "cat", "pid", "tid")

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from ..errors import UserError
 from ..runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX, WRITTEN_NAMES,
                                WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
-from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, ranks_text, read_json_object,
-                                 read_manifest, to_json, why_no_trace, write_json_atomic)
+from ..rankset import ranks_text
+from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, read_json_object, read_manifest,
+                                 to_json, why_no_trace, write_json_atomic)
 from ..say import say, warn
 from . import multinode, session
 from .window import MODES, WindowOptions

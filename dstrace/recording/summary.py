@@ -17,14 +17,14 @@ import re
 from dataclasses import dataclass
 
 from dstrace.runfolder.names import SUMMARY_SUFFIX
-from dstrace.trace_names import (ALLGATHER_RANGE, C10D_OP, CPU_NON_COMPUTE, DSTRACE_STEP, GLOO_OP,
-                                 GPU_CATEGORIES, HTA_COMM_KERNEL, HTA_MEMORY_KERNEL, LAUNCH_CATEGORIES,
-                                 dtype_bytes, kind_of, numel, parse_ranks)
+from dstrace.trace_names import (ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, C10D_OP, CPU_NON_COMPUTE, DSTRACE_STEP,
+                                 GLOO_OP, GPU_CATEGORIES, HTA_COMM_KERNEL, HTA_MEMORY_KERNEL, LAUNCH_CATEGORIES,
+                                 dtype_bytes, kind_of, numel, p2p_side, parse_ranks)
 
 SUMMARY_SCHEMA = "dstrace.summary/1"
 # One row per collective, in this order (`collectives.columns` in the file says so too).
 COLLECTIVE_COLUMNS = ("kind", "group", "seq", "ts", "dur", "host_ts", "in_bytes", "out_bytes", "bytes",
-                      "group_size", "source")
+                      "group_size", "source", "p2p_role", "p2p_peer")
 
 
 @dataclass
@@ -118,7 +118,9 @@ def _cpu_collectives(events: list[Event], world_size: int) -> list[dict]:
 
 def _row(e: Event, kind: str, host_ts: float, in_b: float | None, out_b: float | None, source: str) -> dict:
     group = e.args.get("Process Group Name")
-    return {"kind": kind, "group": group if isinstance(group, str) and group else "world",
+    role, peer = p2p_side(kind, e.args.get("Collective name"), e.args.get("Src Rank"), e.args.get("Dst Rank"))
+    return {"kind": kind, "group": group if isinstance(group, str) and group else "world", "p2p_role": role,
+            "p2p_peer": peer,
             "group_ranks": parse_ranks(e.args.get("Process Group Ranks")),
             "group_size": _number(e.args.get("Group size")), "ts": e.ts, "dur": e.dur, "host_ts": host_ts,
             "in_bytes": in_b, "out_bytes": out_b, "bytes": int(max(in_b or 0, out_b or 0)), "source": source}
@@ -223,6 +225,15 @@ def _ranges(events: list[Event]) -> dict[str, dict]:
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]["total_us"]))
 
 
+def accelerator_events(events: list[Event]) -> dict[str, int]:
+    """Events per category of an accelerator dstrace does not read (MTIA, HPU, MLU): `reduction.accelerator_events`."""
+    counts: dict[str, int] = {}
+    for e in events:
+        if e.cat in ACCELERATOR_CATEGORIES:
+            counts[e.cat] = counts.get(e.cat, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def summarize(trace: dict, rank: int, world_size: int, host: str | None, trace_file: str,
               run_id: str | None) -> dict:
     """The summary of one parsed trace (`dstrace.summary/1`, docs/recording.md)."""
@@ -252,6 +263,7 @@ def summarize(trace: dict, rank: int, world_size: int, host: str | None, trace_f
         "steps": steps,
         "ranges": _ranges(events),
         "utilization": busy(events, colls, gpu, window),
+        "accelerator_events": accelerator_events(events),
     }
 
 

@@ -114,19 +114,6 @@ class Manifest:
     lost: list[str] = field(default_factory=list)  # files this rank recorded but could not write, and why
 
 
-def ranks_text(ranks) -> str:
-    """rank 3; ranks 0-3, 7, 9-12: hundreds of ranks stay one line."""
-    ranks = sorted(ranks)
-    out, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            out.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(out)
-
-
 def why_no_trace(m: Manifest) -> str | None:
     """Why this rank left no trace, in the user's terms; None when it has one or should have had one.
 

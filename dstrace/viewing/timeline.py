@@ -125,25 +125,27 @@ def _collective_links(run: LoadedRun, steps: pd.DataFrame, policy: str):
     """Each rank's collectives matched across ranks (instance, wait, who arrived last), plus clock offsets."""
     raw = collectives.collective_events(run)
     hosts = {r: t.host for r, t in run.traces.items()}
-    aligned, clock, _ = alignment.align(raw, steps, hosts, policy)
+    aligned, clock, _ = alignment.align(raw, steps, hosts, policy, alignment.host_only_reason(run))
     if aligned.empty:
         return pd.DataFrame(columns=["rank", "ts", "name", "instance", "kind", "bytes", "group", "wait_us",
-                                     "transfer_us", "waited_for", "aligned_ts"]), clock
-    links = aligned[["rank", "name", "instance", "kind", "bytes", "group", "wait_us", "transfer_us", "waited_for"]].copy()
+                                     "transfer_us", "waited_for", "split", "aligned_ts"]), clock
+    links = aligned[["rank", "name", "instance", "kind", "bytes", "group", "wait_us", "transfer_us", "waited_for",
+                     "split"]].copy()
     links["ts"] = raw.loc[aligned.index, "ts"]  # the event's own (unshifted) ts, to find it in the rank's frame
     links["aligned_ts"] = aligned["ts"]
     return links, clock
 
 
 def _flows(links: pd.DataFrame) -> pd.DataFrame:
-    """One flow per (rank, instance) from every rank that arrived earlier to the rank that arrived last.
+    """One flow per (rank, instance) from every rank that arrived earlier to the rank that arrived last, for
+    calls whose wait/transfer split holds (elsewhere who arrived last is not known).
 
     The arrow ends on the collective everyone waited for; its source starts no later than its target,
     which is the direction Perfetto draws flows in (ties go to the higher rank, written later).
     """
     rows = []
     flow_id = 0
-    for _, g in links.groupby("instance"):
+    for _, g in links[links["split"].astype(bool)].groupby("instance"):
         if len(g) < 2:
             continue
         g = g.assign(ts_ns=np.round(g["aligned_ts"] * 1e3)).sort_values(["ts_ns", "rank"])
@@ -157,8 +159,9 @@ def _flows(links: pd.DataFrame) -> pd.DataFrame:
 
 def _collective_args(row) -> dict:
     args = {"collective": row["kind"], "group": row["group"], "bytes": int(row["bytes"]),
-            "wait_us": round(float(row["wait_us"]), 3), "transfer_us": round(float(row["transfer_us"]), 3),
             "instance": int(row["instance"])}
+    if row["split"]:
+        args.update(wait_us=round(float(row["wait_us"]), 3), transfer_us=round(float(row["transfer_us"]), 3))
     if int(row["waited_for"]) >= 0:
         args["waited_for_rank"] = int(row["waited_for"])
     return args

@@ -46,11 +46,11 @@ class TraceBuilder:
                             "ts": self._t(ts), "dur": dur, "args": {"External id": self._ext, **(args or {})}})
 
     def kernel(self, name: str, ts: float, dur: float, launch_ts: float | None = None, stream: int = 7,
-               device: int = 0, args: dict | None = None, cat: str = "kernel"):
+               device: int = 0, args: dict | None = None, cat: str = "kernel", launch_cat: str = "cuda_runtime"):
         self._corr += 1
         self._ext += 1
         launch = ts - 5.0 if launch_ts is None else launch_ts
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": HOST_PID,
+        self.events.append({"ph": "X", "cat": launch_cat, "name": "cudaLaunchKernel", "pid": HOST_PID,
                             "tid": HOST_TID, "ts": self._t(launch), "dur": 3.0,
                             "args": {"External id": self._ext, "cbid": 211, "correlation": self._corr}})
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": self._t(ts),
@@ -74,6 +74,22 @@ class TraceBuilder:
                 "Out split size": "[]", "Process Group Name": pg, "Process Group Description": "default_pg",
                 "Process Group Ranks": str(list(ranks))}
         self.kernel(f"ncclDevKernel_{kind}_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ts, dur, stream=20, args=args, **kw)
+
+    def p2p(self, role: str, peer: int, ts: float, dur: float, nelems: int = 1000, pg: str = "0",
+            ranks: tuple[int, ...] | None = None, **kw):
+        """A send or recv as torch >= 2.4 writes it: an `ncclDevKernel_SendRecv` kernel whose args name the
+        collective (send / recv) and the peer's global rank (`Dst Rank` / `Src Rank`)."""
+        ranks = tuple(range(self.world_size)) if ranks is None else ranks
+        args = {"Collective name": role, "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": len(ranks),
+                "dtype": "BFloat16", "Process Group Name": pg, "Process Group Description": "default_pg",
+                "Process Group Ranks": str(list(ranks)), ("Dst Rank" if role == "send" else "Src Rank"): peer}
+        self.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", ts, dur, stream=20, args=args, **kw)
+
+    def device_event(self, cat: str, name: str, ts: float, dur: float, pid: int = 17, tid: int = 3774,
+                     args: dict | None = None):
+        """An event of another accelerator's category (MTIA's mtia_ccp_events, Gaudi's hpu_op, ...)."""
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": self._t(ts),
+                            "dur": dur, "args": dict(args or {})})
 
     def to_dict(self) -> dict:
         data = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150e9}],

@@ -1,4 +1,6 @@
 """Bad input: each case gets one clear line (UserError) or, when partly usable, a warning naming what was skipped."""
+import gzip
+import json
 import os
 import subprocess
 
@@ -8,7 +10,9 @@ import synthetic
 from helpers import analyze_dir, quiet
 from tests.conftest import tool
 from dstrace.analysis.loading import load_run
+from dstrace.analysis.summaries import load_summaries
 from dstrace.errors import UserError
+from dstrace.recording.summary import write_summary
 
 
 def two_ranks(folder, **kw):
@@ -67,7 +71,8 @@ def test_missing_ranks_of_the_world(tmp_path):
     a = analyze_dir(tmp_path)
     assert a.world_size == 4 and a.ranks_found == [0, 2] and a.missing_ranks == [1, 3]
     assert any("no trace for ranks 1, 3 of world size 4" in w for w in a.warnings)
-    assert a.ranks[0].collectives["AllReduce"].wait_us == pytest.approx(2.0)
+    ar = a.ranks[0].collectives["AllReduce"]  # its group lacks ranks 1 and 3: no split (test_partial_traces)
+    assert ar.unsplit_us == pytest.approx(50.0) and ar.wait_us == 0.0
 
 
 def test_traces_of_different_runs(tmp_path):
@@ -147,3 +152,21 @@ def test_manifests_without_traces_still_report_the_manifest_findings(tmp_path):
     assert f.summary.endswith("TPTrainingConfig / tp_size / Extra inputs are not permitted "
                               "[type=extra_forbidden, input_value=2, input_type=int]")
     assert any("no traces in" in w for w in a.warnings)
+
+
+def test_summary_whose_rows_do_not_fit_its_columns_is_skipped(tmp_path):
+    """A rank summary is as untrusted as a trace: rows one value short of its columns are a warning."""
+    for r in range(2):
+        b = synthetic.TraceBuilder(r)
+        b.nccl("AllReduce", 100.0, 50.0, 10, 10)
+        path = b.write(str(tmp_path))
+        write_summary(str(tmp_path), os.path.basename(path), r, 2, "hostA", "run-1")
+    summary = tmp_path / "rank1.summary.json.gz"
+    with gzip.open(summary, "rt") as f:
+        doc = json.load(f)
+    doc["collectives"]["columns"] = doc["collectives"]["columns"][:-1]
+    with gzip.open(summary, "wt") as f:
+        json.dump(doc, f)
+    run = load_summaries(str(tmp_path))
+    assert run.ranks == [0] and run.skipped[0]["path"] == str(summary)
+    assert any(w.startswith("skipped rank1.summary.json.gz") for w in run.warnings)

@@ -61,7 +61,7 @@ def write_run(out_dir: str, world: int = 256, steps: int = 3, layers: int = 40, 
             size = 4 << 20 if kind == "AllGather" else 1 << 16
             key = (group, kind)
             rows.append([kind, group, seq.get(key, 0), ts, e - ts, ts - 5.0, size // n if kind == "AllGather" else size,
-                         size, size, n, "nccl kernel"])
+                         size, size, n, "nccl kernel", None, None])
             seq[key] = seq.get(key, 0) + 1
         step_rows = [{"step": s, "ts": s * STEP_US + off - 100.0, "end": (s + 1) * STEP_US + off - 200.0,
                       "ms": STEP_US / 1e3, "gathered_bytes": layers * (4 << 20)} for s in range(2, 2 + steps)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis, Finding
+from dstrace.rankset import ranges, ranks_text
 
 
 def ms(us: float | None) -> str:
@@ -22,12 +23,20 @@ def size(n: float | None) -> str:
 
 
 def device_label(a: Analysis) -> str:
+    if a.device == "host-only":
+        return f"{' and '.join(a.accelerators)} traces, device timeline not analyzed (host times only)"
     return {"gpu": "GPU traces", "cpu": "CPU-only traces", "none": "no traces (manifests only)"}.get(a.device, a.device)
+
+
+def time_scope(a: Analysis) -> str:
+    """Whose clock the per-rank times are read from, for the table's title."""
+    return {"gpu": "GPU", "cpu": "host, CPU-only traces"}.get(
+        a.device, f"host only: the {' and '.join(a.accelerators)} device timeline is not analyzed")
 
 
 def ranks_of(f: Finding) -> str:
     """The ranks a finding concerns, said once by every renderer (summaries do not repeat them)."""
-    return ("rank " if len(f.ranks) == 1 else "ranks ") + ", ".join(map(str, f.ranks))
+    return ranks_text(f.ranks)
 
 
 def finding_details(f: Finding) -> list[tuple[str, str]]:
@@ -36,12 +45,13 @@ def finding_details(f: Finding) -> list[tuple[str, str]]:
 
 
 def ranks_line(a: Analysis) -> str:
-    found = ", ".join(map(str, a.ranks_found)) or "none"
+    found = ranges(a.ranks_found) or "none"
     line = f"run {a.run_id or '-'}, {device_label(a)}, world size {a.world_size}, ranks found {found}"
-    return line + (f", missing {', '.join(map(str, a.missing_ranks))}" if a.missing_ranks else "")
+    missing = a.missing_ranks
+    return line + (f", missing {ranges(missing)} ({len(missing)} of {a.world_size})" if missing else "")
 
 
-SPAN_PARTS = ("compute", "transfer", "wait for peers", "other busy", "idle")
+SPAN_PARTS = ("compute", "transfer", "wait for peers", "split withheld", "other busy", "idle")
 """The parts of a rank's span, exclusive, in the order the tables and bars show them."""
 
 LEGEND = (
@@ -52,6 +62,9 @@ LEGEND = (
                  "moving"),
     ("wait for peers", "collective kernel time, not overlapped by compute, before the last rank of the group "
                        "arrived: the kernel spins, no data moves"),
+    ("split withheld", "collective kernel time, not overlapped by compute, whose wait/transfer split the traces "
+                       "cannot support (a peer without a trace, a point-to-point call without its peer, clocks "
+                       "too far apart): it may be either; the warnings say why"),
     ("other busy", "memory copies and other kernels running alone"),
     ("idle", "nothing runs on the GPU (host-bound when the host had not launched the next kernel yet)"),
     ("waited for", "the peers this rank waited on, longest first"),
@@ -70,10 +83,11 @@ def span_parts(s) -> dict[str, float]:
     transfer, so that waiting never reads as communicating; the parts sum to the span."""
     exposed = max(s.exposed_comm_us, 0.0)
     wait = min(s.wait_us, exposed)
+    withheld = min(s.unsplit_us, exposed - wait)
     compute = s.busy_us.get("compute", 0.0)
     other = max(s.span_us - s.idle_us - compute - exposed, 0.0)
-    return {"compute": compute, "transfer": exposed - wait, "wait for peers": wait, "other busy": other,
-            "idle": max(s.span_us - compute - exposed - other, 0.0)}
+    return {"compute": compute, "transfer": exposed - wait - withheld, "wait for peers": wait,
+            "split withheld": withheld, "other busy": other, "idle": max(s.span_us - compute - exposed - other, 0.0)}
 
 
 def shares(parts: dict[str, float]) -> dict[str, int]:
@@ -100,13 +114,19 @@ def rank_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
 
 
 def collective_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+    """Per rank and kind; a `split withheld` column only when some call's split is withheld."""
+    withheld = any(c.unsplit_us for s in a.ranks.values() for c in s.collectives.values())
     head = ["rank", "kind", "count", "bytes", "time", "wait", "transfer", "algbw GB/s", "busbw GB/s",
-            "busbw w/o wait"]
+            "busbw w/o wait"] + (["split withheld"] if withheld else [])
     rows = []
     for r, s in sorted(a.ranks.items()):
         for kind, c in sorted(s.collectives.items()):
-            rows.append([str(r), kind, str(c.count), size(c.bytes), ms(c.kernel_us), ms(c.wait_us), ms(c.transfer_us),
-                         f"{c.algbw_GBps:.2f}", f"{c.busbw_GBps:.2f}", f"{c.busbw_transfer_GBps:.2f}"])
+            none_split = c.busbw_transfer_GBps is None
+            row = [str(r), kind, str(c.count), size(c.bytes), ms(c.kernel_us),
+                   "-" if none_split else ms(c.wait_us), "-" if none_split else ms(c.transfer_us),
+                   f"{c.algbw_GBps:.2f}", f"{c.busbw_GBps:.2f}",
+                   "-" if none_split else f"{c.busbw_transfer_GBps:.2f}"]
+            rows.append(row + ([ms(c.unsplit_us)] if withheld else []))
     return head, rows
 
 
@@ -122,11 +142,12 @@ def steps_line(a: Analysis) -> str | None:
     s = a.steps
     if s is None:
         return None
+    noun = ("decode step" if s.decode else "step") + ("" if s.count == 1 else "s")
     if s.source == "manifest step_ms":
         line = "no profiled steps in the traces"
     else:
-        line = (f"profiled window: {s.count} decode steps per call and rank, median {s.ms_median:.1f} ms/step ({s.source}, profiler "
-                "overhead included)")
+        line = (f"profiled window: {s.count} {noun} per call and rank, median {s.ms_median:.1f} ms/step "
+                f"({s.source}, profiler overhead included)")
     if s.gathered_bytes_median is not None:
         line += f"; gathered {size(s.gathered_bytes_median)} per step ({s.gathered_source})"
         if s.model_bytes:

@@ -30,7 +30,7 @@ def to_dict(a: Analysis) -> dict:
             "file": s.file, "host": s.host, "span_us": s.span_us, "idle_us": s.idle_us, "busy_us": s.busy_us,
             "exposed_comm_us": s.exposed_comm_us,
             "collectives": {k: dataclasses.asdict(c) for k, c in sorted(s.collectives.items())},
-            "comm_us": s.comm_us, "wait_us": s.wait_us,
+            "comm_us": s.comm_us, "wait_us": s.wait_us, "unsplit_us": s.unsplit_us,
             "waited_for_us": {str(p): w for p, w in sorted(s.waited_for.items())},
             "late_count": s.late_count, "caused_wait_us": s.caused_wait_us,
             "devices": s.devices, "hta": s.hta, "host_during_gpu_idle": s.host_time,
@@ -45,7 +45,7 @@ def to_dict(a: Analysis) -> dict:
         "ranks": ranks, "steps": steps,
         "clock_alignment": {str(r): dataclasses.asdict(o) for r, o in sorted(a.clock.items())},
         "findings": [dataclasses.asdict(f) for f in a.findings],
-        "warnings": a.warnings, "notes": a.notes, "skipped": a.skipped,
+        "warnings": a.warnings, "notes": a.notes, "skipped": a.skipped, "accelerators": a.accelerators,
     })
 
 

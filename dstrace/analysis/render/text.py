@@ -6,7 +6,7 @@ import textwrap
 from dstrace.analysis.model import Analysis
 from dstrace.say import one_line
 from dstrace.analysis.render.common import (
-    LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
+    LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line, time_scope,
 )
 
 WIDTH = 120
@@ -33,8 +33,7 @@ def render_text(a: Analysis) -> str:
     if lines:
         out += ["Steps"] + [f"  {one_line(x)}" for x in lines] + [""]
     if a.ranks:
-        out += ["Time per rank" + (" (GPU)" if a.device == "gpu" else " (host, CPU-only traces)")
-                + ": shares of the span"]
+        out += [f"Time per rank ({time_scope(a)}): shares of the span"]
         out += ["  " + x for x in table(*rank_rows(a))]
     head, rows = collective_rows(a)
     if rows:
