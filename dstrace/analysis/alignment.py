@@ -20,7 +20,6 @@ matched, and every call of a rank whose clock residual is large against the call
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -356,49 +355,11 @@ def align(coll: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict[int, str |
     return split_wait(corrected), offsets, warnings
 
 
-@dataclass
-class ClockAlignment:
-    """Every rank of a run put on the reference rank's clock: what analyze, compare and view share."""
-    offsets: dict[int, ClockOffset]
-    collectives: pd.DataFrame  # matched across ranks, on the reference clock, split into wait and transfer
-    warnings: list[str]
-
-    def shift_us(self, rank: int) -> float:
-        """What to subtract from `rank`'s trace timestamps (0 for ranks left on their own clock)."""
-        o = self.offsets.get(rank)
-        return o.offset_us if o is not None and o.applied else 0.0
-
-    def to_reference(self, rank: int, ts_us):
-        """A timestamp, or an array of them, of `rank`'s trace on the reference clock."""
-        return ts_us - self.shift_us(rank)
-
-    @property
-    def worst_residual(self) -> tuple[int, float] | None:
-        """(rank, us) of the largest residual among shifted ranks: how far apart aligned traces may still be."""
-        shifted = [(r, o.residual_us) for r, o in self.offsets.items() if o.applied and o.residual_us is not None]
-        return max(shifted, key=lambda ro: ro[1]) if shifted else None
-
-
-def run_frames(run) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, str | None]]:
-    """Collectives, step ranges and hosts of a loaded run (from its traces or its rank summaries)."""
-    from dstrace.analysis import collectives, steps
-
-    step_df, _ = steps.step_ranges(run)
-    return collectives.collective_events(run), step_df, {r: t.host for r, t in run.traces.items()}
-
-
 def host_only_reason(run) -> str | None:
     """Why no call of a run gets a split when only its host side is read (`LoadedRun.device` "host-only")."""
     if run.device != "host-only":
         return None
     return f"host-side ops of {' and '.join(run.accelerators)} traces, which launch the transfer rather than do it"
-
-
-def align_run(run, policy: str = "auto") -> ClockAlignment:
-    """The clock alignment of a loaded run; compare and view call this rather than re-deriving offsets."""
-    coll, step_df, hosts = run_frames(run)
-    aligned, offsets, warnings = align(coll, step_df, hosts, policy, host_only_reason(run))
-    return ClockAlignment(offsets, aligned, warnings)
 
 
 def alignment_note(offsets: dict[int, ClockOffset]) -> str | None:

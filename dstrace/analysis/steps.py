@@ -58,9 +58,10 @@ def step_time(manifests: dict[int, Manifest], steps: pd.DataFrame | None = None,
         return StepTime(float(statistics.median(samples)), len(samples), MANIFEST_COVERS)
     if steps is None or steps.empty:
         return None
-    decode = decode_steps(steps)
+    decode = decode_steps(steps, source)
+    noun = "decode steps" if source in DECODE_SOURCES else "steps"
     return StepTime(float(decode["ms"].median()), len(decode),
-                    f"profiled decode steps in the traces ({source or 'step ranges'}, {decode['step'].nunique()} per "
+                    f"profiled {noun} in the traces ({source or 'step ranges'}, {decode['step'].nunique()} per "
                     "rank), profiler overhead included: no manifests, so the run's other steps are not seen")
 
 

@@ -153,7 +153,7 @@ def test_profiler_steps_are_steps_not_decode_steps(tmp_path):
     a = analyze_dir(tmp_path)
     assert a.steps.count == 4 and not a.steps.decode
     text = render(a, "text")
-    assert "4 steps, median" in text and "decode" not in text
+    assert "4 steps per call and rank, median" in text and "decode" not in text
     assert json.loads(render(a, "json"))["steps"]["decode"] is False
 
 

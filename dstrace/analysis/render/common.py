@@ -55,8 +55,8 @@ SPAN_PARTS = ("compute", "transfer", "wait for peers", "split withheld", "other 
 """The parts of a rank's span, exclusive, in the order the tables and bars show them."""
 
 LEGEND = (
-    ("span", "first to last kernel on the rank's GPU(s) in the profiled window (CPU-only traces: the extent "
-             "of its steps); the columns after it split it into parts that add up to 100%"),
+    ("span", "first to last kernel on the rank's GPU(s) in the profiled window (traces without GPU kernels: "
+             "the extent of its steps); the columns after it split it into parts that add up to 100%"),
     ("compute", "time any compute kernel runs"),
     ("transfer", "collective kernel time, not overlapped by compute, after every rank of the group arrived: data "
                  "moving"),
@@ -135,7 +135,8 @@ def step_time_line(a: Analysis) -> str | None:
     s = a.steps
     if s is None or s.ms_per_step is None:
         return None
-    return f"{s.ms_per_step:.1f} ms per decode step: median of {s.ms_per_step_samples} {s.ms_per_step_covers}"
+    noun = "decode step" if s.decode else "step"
+    return f"{s.ms_per_step:.1f} ms per {noun}: median of {s.ms_per_step_samples} {s.ms_per_step_covers}"
 
 
 def steps_line(a: Analysis) -> str | None:

@@ -12,8 +12,8 @@ from dstrace.analysis.render.common import (
     steps_line,
 )
 
-COLORS = {"compute": "#4c78a8", "transfer": "#e45756", "wait for peers": "#f2a541", "other busy": "#b279a2",
-          "idle": "#d8d8d8"}
+COLORS = {"compute": "#4c78a8", "transfer": "#e45756", "wait for peers": "#f2a541", "split withheld": "#bab0ac",
+          "other busy": "#b279a2", "idle": "#d8d8d8"}
 RANK_COLORS = ["#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279a2", "#72b7b2", "#eeca3b", "#9d755d"]
 MAX_POINTS = 4000
 """Scatter points drawn at most (evenly thinned): keeps the file small for long windows."""
