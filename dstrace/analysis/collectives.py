@@ -136,7 +136,7 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
 
 
 def collective_stats(coll: pd.DataFrame) -> dict[int, dict[str, CollectiveStats]]:
-    """Per rank and kind: count, bytes, time, and the nccl-tests bandwidths. Needs the `alignment.split_wait`
+    """Per rank and kind: count, bytes, time, and the nccl-tests bandwidths. Needs the `peer_wait.split_wait`
     columns: calls whose split is withheld count in `unsplit_us` and not in the bandwidth over transfer."""
     out: dict[int, dict[str, CollectiveStats]] = {}
     if coll.empty:

@@ -182,7 +182,7 @@ def _host_bound_ranks(ranks: dict[int, RankSummary], device: str) -> dict[int, t
 def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | None:
     """`peer-wait` when one rank is consistently late (a straggler), `mutual-wait` when every rank keeps
     the others waiting in turn (jitter): two causes with different remedies. Over the calls whose
-    wait/transfer split holds only (`alignment.withheld`)."""
+    wait/transfer split holds only (`peer_wait.withhold`)."""
     hit = {r: s for r, s in ranks.items() if _split_comm(s) > 0 and s.span_us > 0
            and s.wait_us / _split_comm(s) >= PEER_WAIT_SHARE and s.wait_us >= PEER_WAIT_MIN_SPAN_FRACTION * s.span_us}
     if not hit:

@@ -99,7 +99,7 @@ class CollectiveStats:
     busbw_transfer_GBps: float | None  # bus bandwidth over transfer time only, peer wait excluded; None when
     # the split is withheld for every call of the kind
     group_size: int
-    unsplit_us: float = 0.0  # time of calls whose wait/transfer split is withheld (`alignment.withheld`)
+    unsplit_us: float = 0.0  # time of calls whose wait/transfer split is withheld (`peer_wait.withhold`)
 
 
 @dataclass

@@ -5,7 +5,8 @@ import os
 
 import pandas as pd
 
-from dstrace.analysis import alignment, collectives, findings, hta_breakdown, steps as steps_mod, utilization
+from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, peer_wait, steps as steps_mod,
+                              utilization)
 from dstrace.analysis.model import Analysis, LoadedRun, RankSummary
 from dstrace.rankset import ranks_text
 
@@ -36,14 +37,14 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     hosts = {r: t.host for r, t in run.traces.items()}
     coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy, alignment.host_only_reason(run))
     warnings.extend(align_warnings)
-    note = alignment.alignment_note(clock)
+    note = clocks.alignment_note(clock)
     if note:
         notes.append(note)
 
     hta, hta_warnings = hta_breakdown.hta_breakdowns(run)
     warnings.extend(hta_warnings)
     stats = collectives.collective_stats(coll)
-    waits = alignment.wait_summary(coll)
+    waits = peer_wait.wait_summary(coll)
 
     summaries: dict[int, RankSummary] = {}
     for r, trace in sorted(run.traces.items()):

@@ -1,0 +1,140 @@
+"""Clock offsets between ranks, from the ends of matched collectives.
+
+A collective's kernels finish together on all ranks (the last byte arrives everywhere at about the same
+time), so the median of (end on rank r - end on the reference rank) estimates rank r's clock offset.
+Ranks on the reference's host share its clock and are left alone unless asked.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pandas as pd
+
+from dstrace.analysis.model import ClockOffset
+
+RESIDUAL_MAX_SHARE = 0.25
+"""A rank's clock may be off by about its residual, and so may each start time the split compares. Above a
+quarter of the typical call it was measured on, the wait a call shows could be mostly clock error. On the
+H200 reference runs the residual is 6-8 us against calls of 70 us and more (under 10%); HTA's 2-rank
+pipeline pair, matched kernel by kernel without peers, left 21 ms against calls of 30-60 ms."""
+
+
+def _by_rank(coll: pd.DataFrame, column: str = "end") -> dict[int, pd.Series]:
+    """Each rank's `column` (collective ends by default) indexed by instance (the first, should a rank hold
+    an instance twice)."""
+    rows = coll.drop_duplicates(["instance", "rank"])
+    return {int(r): g.set_index("instance")[column] for r, g in rows.groupby("rank")}
+
+
+def _end_differences(coll: pd.DataFrame, ends: dict[int, pd.Series], a: int) -> pd.DataFrame:
+    """Offset of every rank b sharing a collective with rank a (b's clock - a's), and how many they share.
+
+    Only the instances rank a took part in are read, so the cost follows a's collectives, not ranks squared.
+    Causality bounds each estimate: no rank finishes a collective before every peer has started it, so
+    the offset lies in [max(start_b - end_a), min(end_b - start_a)]. GPU kernels end together, so the
+    median end difference is the estimate, kept inside those bounds. Host-side ops (gloo, c10d) do not:
+    each finishes after its own share of host work, which differs by rank; there the middle of the bounds
+    is the estimate, and the end median only when the bounds contradict each other.
+    """
+    mine = ends.get(a)
+    if mine is None or mine.empty:
+        return pd.DataFrame(columns=["diff", "n"])
+    own = coll[coll["rank"] == a].drop_duplicates("instance").set_index("instance")
+    rows = coll[coll["instance"].isin(mine.index)].drop_duplicates(["instance", "rank"])
+    rows = rows[rows["rank"] != a]
+    at = rows["instance"]
+    by_rank = rows["rank"].to_numpy()
+    frame = pd.DataFrame({
+        "diff": rows["end"].to_numpy() - at.map(mine).to_numpy(),
+        "lower": rows["ts"].to_numpy() - at.map(own["end"]).to_numpy(),
+        "upper": rows["end"].to_numpy() - at.map(own["ts"]).to_numpy()}, index=by_rank).groupby(level=0)
+    out = pd.DataFrame({"diff": frame["diff"].median(), "n": frame["diff"].size(),
+                        "lower": frame["lower"].max(), "upper": frame["upper"].min()}).sort_index()
+    consistent = out["lower"] <= out["upper"]
+    kernels = "source" in own and bool((own["source"] == "nccl kernel").all())
+    if kernels:
+        out.loc[consistent, "diff"] = out.loc[consistent, "diff"].clip(out["lower"], out["upper"])
+    else:
+        out.loc[consistent, "diff"] = (out["lower"] + out["upper"])[consistent] / 2
+    return out[["diff", "n"]]
+
+
+def estimate_clock_offsets(coll: pd.DataFrame, hosts: dict[int, str | None],
+                           policy: str = "auto") -> dict[int, ClockOffset]:
+    """Per-rank offsets to the lowest rank's clock, chained through peers when a rank shares no group with it.
+
+    auto applies an offset to ranks on another host than the reference (or of unknown host); always and
+    never force it. Ranks sharing no collective with any aligned rank keep offset 0, marked unmatched.
+    Breadth first from the reference: each rank is estimated against the first aligned rank it shares
+    a collective with, so hundreds of ranks in one world group cost one pass over the reference's calls.
+    """
+    ranks = sorted(set(coll["rank"]) | set(hosts))
+    if not ranks:
+        return {}
+    ref = ranks[0]
+    ends = _by_rank(coll) if not coll.empty else {}
+    offsets: dict[int, ClockOffset] = {ref: ClockOffset(0.0, False, 0.0, 0, None)}
+    estimate = {ref: 0.0}
+    queue = deque([ref])
+    while queue and len(estimate) < len(ranks):
+        a = queue.popleft()
+        for b, row in _end_differences(coll, ends, a).iterrows():
+            b = int(b)
+            if b in estimate:
+                continue
+            estimate[b] = estimate[a] + float(row["diff"])
+            same_host = hosts.get(b) is not None and hosts.get(b) == hosts.get(ref)
+            applied = policy == "always" or (policy == "auto" and not same_host)
+            offsets[b] = ClockOffset(estimate[b], applied, None, int(row["n"]), a)
+            queue.append(b)
+    for r in ranks:
+        offsets.setdefault(r, ClockOffset(0.0, False, None, 0, None))
+    return offsets
+
+
+def apply_offsets(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> pd.DataFrame:
+    """Shift ts/end/host_ts of ranks whose offset is applied, then record each rank's residual and the
+    median length of the calls it was measured on (per call, the longer of the two ranks' durations)."""
+    coll = coll.copy()
+    shift = coll["rank"].map({r: (o.offset_us if o.applied else 0.0) for r, o in offsets.items()}).fillna(0.0)
+    for col in ("ts", "end", "host_ts"):
+        coll[col] = coll[col] - shift
+    if coll.empty:
+        return coll
+    ends, durs = _by_rank(coll), _by_rank(coll, "dur")
+    for r, o in offsets.items():
+        if o.via is None or r not in ends or o.via not in ends:
+            continue
+        d = (ends[r] - ends[o.via]).dropna()
+        # the via-rank may itself be shifted; the residual is measured on corrected clocks of both
+        o.residual_us = float(d.abs().median()) if len(d) else None
+        calls = pd.concat([durs[r], durs[o.via]], axis=1, join="inner").max(axis=1)
+        o.call_median_us = float(calls.median()) if len(calls) else None
+    return coll
+
+
+def doubtful_clocks(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> dict[int, ClockOffset]:
+    """Ranks whose residual exceeds RESIDUAL_MAX_SHARE of the calls it was measured on. Only where the calls
+    are kernels: a kernel ends when the last byte arrives everywhere, so its ends must line up; host-side
+    ops (gloo) end after their own work, and their residual measures that, not the clock."""
+    kernel_ranks = set(coll.loc[coll["source"] == "nccl kernel", "rank"])
+    return {r: o for r, o in offsets.items()
+            if r in kernel_ranks and o.residual_us is not None and o.call_median_us
+            and o.residual_us > RESIDUAL_MAX_SHARE * o.call_median_us}
+
+
+def alignment_note(offsets: dict[int, ClockOffset]) -> str | None:
+    """One line for any number of ranks: how many were shifted, by how much, and the residual left."""
+    shifted = {r: o for r, o in offsets.items() if o.applied}
+    if not shifted:
+        return None
+    values = [o.offset_us for o in shifted.values()]
+    residuals = [o.residual_us for o in shifted.values() if o.residual_us is not None]
+    line = (f"clocks aligned on the ends of matched collectives: {len(shifted)} rank(s) shifted by "
+            f"{min(values) / 1e3:+.3f} to {max(values) / 1e3:+.3f} ms")
+    if residuals:
+        worst = max(shifted, key=lambda r: shifted[r].residual_us or 0.0)
+        line += (f"; residual median {float(np.median(residuals)):.1f} us, worst {max(residuals):.1f} us "
+                 f"(rank {worst})")
+    return line

@@ -1,0 +1,104 @@
+"""Which calls on different ranks are the same collective, and why a call's wait/transfer split cannot be
+told.
+
+A collective's n-th call of a kind in a process group is the same collective on every member rank
+(within a dstrace step when all ranks have step ranges, which survives ranks whose windows start at
+different calls). Point-to-point calls (send/recv) are no group collective: the k-th send from rank a
+to rank b is the k-th receive on b from a, so they are matched by (sender, receiver) and order, and only
+where the trace names the peer. Calls that cannot be matched are marked with the reason (`withheld`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dstrace.trace_names import P2P_KINDS
+
+PEER_UNNAMED = "p2p-peer-unnamed"
+PEER_ABSENT = "p2p-peer-absent"
+GROUP_ABSENT = "group-member-absent"
+UNMATCHED = "unmatched"
+CLOCK = "clock-residual"
+GIVEN = "given"
+"""Why a call's wait/transfer split is withheld (the `withheld` column)."""
+
+
+def assign_steps(coll: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
+    """The step (dstrace/step#n) whose host range holds each collective's launch, -1 when none."""
+    out = pd.Series(-1, index=coll.index, dtype="int64")
+    if steps is None or steps.empty or coll.empty:
+        return out
+    for rank, st in steps.groupby("rank"):
+        mask = coll["rank"] == rank
+        st = st.sort_values("ts")
+        host = coll.loc[mask, "host_ts"].to_numpy()
+        idx = np.searchsorted(st["ts"].to_numpy(), host, side="right") - 1
+        ok = (idx >= 0) & (host < st["end"].to_numpy()[np.clip(idx, 0, None)])
+        out.loc[mask] = np.where(ok, st["step"].to_numpy()[np.clip(idx, 0, None)], -1)
+    return out
+
+
+def _match_keys(coll: pd.DataFrame, present: set[int]) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(key, members expected, withheld) per call. Group collectives are keyed by group and kind; a
+    point-to-point call by its direction (sender -> receiver) when the trace names the peer and the peer
+    has a trace, else by itself alone (it matches nothing)."""
+    key = coll["group"].astype(str) + "\x1f" + coll["kind"].astype(str)
+    withheld = pd.Series(None, index=coll.index, dtype=object)
+    p2p = coll["kind"].isin(P2P_KINDS)
+    if p2p.any():
+        calls = coll[p2p]
+        role, peer, rank = calls["p2p_role"], calls["p2p_peer"], calls["rank"]
+        named = role.notna() & peer.notna() & (peer != rank)
+        paired = named & peer.isin(present)
+        sender = np.where(role == "send", rank, peer)
+        receiver = np.where(role == "send", peer, rank)
+        key[p2p] = [f"p2p {int(a)}->{int(b)}" if ok else f"p2p alone #{i}"
+                    for a, b, ok, i in zip(sender, receiver, paired, calls.index)]
+        withheld[calls.index[~named]] = PEER_UNNAMED
+        withheld[calls.index[named & ~paired]] = PEER_ABSENT
+    return key, coll["group_size"].where(~p2p, 2), withheld
+
+
+def absent_members(coll: pd.DataFrame, present: set[int]) -> dict[str, list[int] | None]:
+    """Per group, its members without a trace; None when the traces do not list the group's ranks (only
+    its size)."""
+    out = {}
+    groups = coll.drop_duplicates("group")[["group", "group_ranks", "group_size"]]
+    for group, ranks, size in groups.itertuples(index=False):
+        out[group] = sorted(set(ranks) - present) if len(ranks) == size else None
+    return out
+
+
+def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
+                      ranks=None) -> tuple[pd.DataFrame, list[str]]:
+    """Give each call an `instance` id shared by the same call on all ranks that took part in it, and say in
+    `withheld` which calls cannot have a wait/transfer split from what matched. `ranks`: the ranks with a
+    trace (default: those with collectives)."""
+    warnings: list[str] = []
+    coll = coll.copy()
+    present = set(coll["rank"]) if ranks is None else set(ranks)
+    ranks_with_steps = set(steps["rank"]) if steps is not None and not steps.empty else set()
+    use_steps = bool(ranks_with_steps) and ranks_with_steps >= set(coll["rank"])
+    coll["step"] = assign_steps(coll, steps) if use_steps else -1
+    coll = coll.sort_values(["rank", "ts"], kind="stable")
+    coll["match"], expected, coll["withheld"] = _match_keys(coll, present)
+    keys = ["match", "step"]
+    coll["ordinal"] = coll.groupby(["rank"] + keys).cumcount()
+    counts = coll.groupby(keys + ["rank"]).size().unstack("rank")
+    for (match, step), row in counts.iterrows():
+        present_counts = row.dropna()
+        if present_counts.nunique() > 1:
+            where = f" in step {step}" if step >= 0 else ""
+            detail = ", ".join(f"rank {int(r)}: {int(c)}" for r, c in present_counts.items())
+            what = (f"send/recv counts differ on {match[4:]}" if match.startswith("p2p ")
+                    else "{1} counts differ across ranks of group {0}".format(*match.split("\x1f")))
+            warnings.append(f"{what}{where} ({detail}); matched in order, the extra calls' wait/transfer split "
+                            "is withheld")
+    coll["instance"] = coll.groupby(keys + ["ordinal"]).ngroup()
+    members = coll.groupby("instance")["rank"].transform("nunique")
+    short = coll["withheld"].isna() & (members < expected)
+    lacking = {g: ranks is None or bool(ranks) for g, ranks in absent_members(coll, present).items()}
+    absent = coll["group"].map(lacking).astype(bool) & ~coll["kind"].isin(P2P_KINDS)
+    coll.loc[short & absent, "withheld"] = GROUP_ABSENT
+    coll.loc[short & coll["withheld"].isna(), "withheld"] = UNMATCHED
+    return coll.drop(columns=["match"]), warnings

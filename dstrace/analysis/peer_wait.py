@@ -1,0 +1,135 @@
+"""Where the AllGather (and every other collective's) wait is computed: waiting for peers vs transfer.
+
+The kernel of a rank that arrives early spins until the last peer arrives: its time splits into
+wait = (last start among the peers - own start) and transfer = the rest. The split is withheld
+(`withheld` says why, `split` is False, wait and transfer NaN) where it would be a guess: a
+point-to-point call whose peer is unnamed or has no trace, a call whose group has members without a
+trace (the last to arrive may be one of them), a call no rank matched, and every call of a rank whose
+clock residual is large against the calls it was measured on.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from dstrace.analysis.clocks import doubtful_clocks
+from dstrace.analysis.matching import CLOCK, GIVEN, GROUP_ABSENT, PEER_ABSENT, PEER_UNNAMED, UNMATCHED, absent_members
+from dstrace.analysis.model import ClockOffset
+from dstrace.rankset import ranks_text
+
+
+def withhold(coll: pd.DataFrame, offsets: dict[int, ClockOffset], given: str | None = None) -> pd.DataFrame:
+    """Withhold the split of every call of a rank whose clock is doubtful (and of its matched calls on other
+    ranks, whose split compares against its starts), or of every call when `given` says why."""
+    coll = coll.copy()
+    if given is not None:
+        coll["withheld"] = GIVEN
+        return coll
+    doubtful = doubtful_clocks(coll, offsets)
+    if doubtful:
+        touched = coll["instance"].isin(set(coll.loc[coll["rank"].isin(doubtful), "instance"]))
+        coll.loc[touched & coll["withheld"].isna(), "withheld"] = CLOCK
+    return coll
+
+
+def split_wait(coll: pd.DataFrame) -> pd.DataFrame:
+    """wait_us = last start among the instance's ranks - own start (within own duration); transfer = rest.
+
+    `split` is False, and wait_us and transfer_us NaN, for calls whose split is withheld. `waited_for` is
+    the rank that arrived last (the one this rank waited on), or -1 for the last rank itself, for calls
+    no peer was matched to and for calls whose split is withheld.
+    """
+    coll = coll.copy()
+    if coll.empty:
+        for col in ("wait_us", "transfer_us"):
+            coll[col] = pd.Series(dtype=float)
+        coll["waited_for"] = pd.Series(dtype="int64")
+        coll["peers"] = pd.Series(dtype="int64")
+        coll["split"] = pd.Series(dtype=bool)
+        return coll
+    if "withheld" not in coll:
+        coll["withheld"] = None
+    ok = coll["withheld"].isna()
+    grp = coll.groupby("instance")
+    last_start = grp["ts"].transform("max")
+    coll["peers"] = grp["rank"].transform("size") - 1
+    last_idx = coll.loc[grp["ts"].idxmax()].set_index("instance")["rank"]
+    wait = np.clip(last_start - coll["ts"], 0.0, coll["dur"]).where(coll["peers"] > 0, 0.0)
+    coll["wait_us"] = wait.where(ok)
+    coll["transfer_us"] = coll["dur"] - coll["wait_us"]
+    last_rank = coll["instance"].map(last_idx)
+    waited = ok & (coll["peers"] > 0) & (last_rank != coll["rank"])
+    coll["waited_for"] = np.where(waited, last_rank, -1).astype("int64")
+    coll["split"] = ok
+    return coll
+
+
+def wait_summary(coll: pd.DataFrame) -> dict[int, dict]:
+    """Per rank: wait, comm time (and the part of it whose split is withheld), who it waited for, and how
+    often it was the one the others waited on."""
+    out: dict[int, dict] = defaultdict(lambda: {"wait_us": 0.0, "comm_us": 0.0, "unsplit_us": 0.0, "waited_for": {},
+                                                "late_count": 0, "caused_wait_us": 0.0})
+    if coll.empty:
+        return {}
+    for rank, g in coll.groupby("rank"):
+        s = out[int(rank)]
+        s["wait_us"] = float(g["wait_us"].sum())
+        s["comm_us"] = float(g["dur"].sum())
+        s["unsplit_us"] = float(g.loc[~g["split"].astype(bool), "dur"].sum())
+        waited = g[g["waited_for"] >= 0].groupby("waited_for")["wait_us"].sum()
+        s["waited_for"] = {int(p): float(w) for p, w in waited.items() if w > 0}
+    caused = coll[coll["waited_for"] >= 0].groupby("waited_for").agg(
+        n=("instance", "nunique"), wait=("wait_us", "sum"))
+    for rank, row in caused.iterrows():
+        out[int(rank)]["late_count"] = int(row["n"])
+        out[int(rank)]["caused_wait_us"] = float(row["wait"])
+    return dict(out)
+
+
+def withheld_warnings(coll: pd.DataFrame, offsets: dict[int, ClockOffset], present,
+                      given: str | None = None) -> list[str]:
+    """One line per reason the split is withheld: how many calls of which kinds on which ranks, and why.
+    Unmatched calls are left to the count warning of `match_collectives`."""
+    out = []
+    if coll.empty or "withheld" not in coll:
+        return out
+    present = set(present)
+    tail = "; peer-wait and communication-bound leave them out"
+    for reason, rows in coll[coll["withheld"].notna()].groupby("withheld"):
+        if reason == UNMATCHED:
+            continue
+        kinds = ", ".join(sorted(set(rows["kind"])))
+        head = f"wait/transfer split withheld for {len(rows)} {kinds} call(s) on {ranks_text(set(rows['rank']))}: "
+        if reason == PEER_UNNAMED:
+            why = ("point-to-point calls whose peer the traces do not name (no Src Rank / Dst Rank): which call "
+                   "on which rank is the other side cannot be told, and ranks without a trace may be it")
+        elif reason == PEER_ABSENT:
+            peers = ranks_text(set(rows["p2p_peer"].astype(int)))
+            why = f"point-to-point calls with {peers}, which have no trace here"
+        elif reason == GROUP_ABSENT:
+            why = _absent_members(rows, present)
+        elif reason == CLOCK:
+            r, o = max(doubtful_clocks(coll, offsets).items(),
+                       key=lambda ro: ro[1].residual_us / ro[1].call_median_us)
+            why = (f"after clock alignment rank {r}'s collective ends still differ from rank {o.via}'s by "
+                   f"{o.residual_us / 1e3:.3f} ms (median), {o.residual_us / o.call_median_us:.0%} of the median "
+                   f"call they were measured on ({o.call_median_us / 1e3:.3f} ms): start times are not comparable "
+                   "to that precision, or the calls were matched wrongly")
+        else:
+            why = given or "withheld"
+        out.append(head + why + tail)
+    return out
+
+
+def _absent_members(rows: pd.DataFrame, present: set[int]) -> str:
+    """Which members of the calls' groups have no trace, by name when the traces list the groups' ranks."""
+    lacking = absent_members(rows, present)
+    size = int(rows["group_size"].max())
+    if any(ranks is None for ranks in lacking.values()):
+        return (f"their process group has {size} members and some have no trace here: the last member to arrive "
+                "may be one of them")
+    absent = set().union(*lacking.values())
+    return (f"their process group includes {ranks_text(absent)} ({len(absent)} of {size}), without a trace here: "
+            "the last member to arrive may be one of them")
