@@ -72,7 +72,6 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
     """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
     options or dstrace changed since, else a new analysis (then kept)."""
     from dstrace.analysis import report_cache
-    from dstrace.analysis.render import render
 
     options = {"format": fmt, "align_clocks": clock_policy, "source": source}
     key = report_cache.key(trace_dir, options)  # None for a folder that cannot be read
@@ -81,6 +80,8 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
         say(f"nothing in the folder changed since the last analysis: its report, from "
             f"{report_cache.path(trace_dir, fmt)}")
         return kept
+    from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
+
     analysis = load_and_analyze(trace_dir, source=source, clock_policy=clock_policy, workers=workers)
     report, warnings = render(analysis, fmt), list(analysis.warnings)
     if key:

@@ -59,7 +59,7 @@ def test_era_run_gathers_the_model_every_step(zero3_tp2_era):
 
 def test_refused_run_is_explained_from_manifests_alone():
     a = analyze_dir(reference("h200-zero3-tp2-ds0.19.8"))
-    assert a.ranks_found == [] and "tp-config-rejected" in findings(a)
+    assert a.ranks_found == [0, 1] and "tp-config-rejected" in findings(a)  # found by their manifests
 
 
 def test_device_map_baseline_has_no_zero3_findings():
