@@ -20,6 +20,7 @@ import re
 import socket
 from dataclasses import dataclass
 
+from ..runfolder.files import write_text_atomic
 from ..runfolder.names import DEEPSPEED_ENV_FILE, safe_name
 
 ENV_NODE = "DSTRACE_NODE"  # the node a rank was started by; its manifest keeps it
@@ -122,8 +123,5 @@ def write_deepspeed_env(run_dir: str, forwarded: dict[str, str], environ: dict[s
                 "may pass the quotes on: choose a run folder path without them"
                 for key, value in forwarded.items() if not SHELL_SAFE.match(value)]
     path = os.path.join(run_dir, DEEPSPEED_ENV_FILE)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.writelines(f"{k}={v}\n" for k, v in lines)
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(f"{k}={v}\n" for k, v in lines))
     return path, warnings

@@ -11,10 +11,12 @@ import gzip
 import json
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..runfolder.files import atomic_file
 from . import ranges
 from ..runfolder.records import Window
 
@@ -99,20 +101,27 @@ class ProfilerWindow:
         prof, self._prof = self._prof, None
         name = f"{worker}.{int(time.time() * 1000)}.pt.trace.json.gz"
         final = os.path.join(run_dir, name)
-        raw = f"{final}.{os.getpid()}.json.tmp"
-        packed = f"{final}.{os.getpid()}.tmp"
+        fd, raw = tempfile.mkstemp(prefix=f".{name}.", suffix=".json.tmp", dir=run_dir)  # a name no link can hold
+        os.close(fd)
         try:
             prof.export_chrome_trace(raw)
-            if not os.path.isfile(raw):  # Kineto reports a failed write (a full disk) only in its log
+            if not _ends_a_json_object(raw):  # Kineto reports a failed write (a full disk) only in its log
                 raise OSError(f"the profiler could not write its trace {raw} (is the disk full?)")
-            with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+            with open(raw, "rb") as src, atomic_file(final, "wb") as packed, \
+                    gzip.GzipFile(fileobj=packed, mode="wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(packed, final)
             self.record.trace_file = name
             if then is not None:
                 then(raw, name)
         finally:
-            for leftover in (raw, packed):
-                if os.path.exists(leftover):
-                    os.remove(leftover)
+            if os.path.exists(raw):
+                os.remove(raw)
         return name
+
+
+def _ends_a_json_object(path: str) -> bool:
+    """Whether the file ends as a whole JSON document does: an empty or cut-off export does not."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(f.tell() - 64, 0))
+        return f.read().rstrip().endswith(b"}")
