@@ -40,8 +40,15 @@ def _launch_ts(events: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
     return kernels["correlation"].map(launch).fillna(kernels["ts"])
 
 
+def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a few events with their names as text, not the events frame's categorical codes."""
+    rows = rows.copy()
+    rows["name"] = rows["name"].astype(str)
+    return rows
+
+
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
-    kernels = events[events["is_gpu"] & events["name"].str.startswith("nccl")].copy()
+    kernels = _text_names(events[events["is_gpu"] & events["name"].str.startswith("nccl")])
     if kernels.empty:
         return kernels
     kernels["kind"] = [kind_of(n) or kind_of(str(c or "")) for n, c in zip(kernels["name"], kernels["coll_name"])]
@@ -56,19 +63,19 @@ def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
 
 def cpu_collectives(events: pd.DataFrame, world_size: int) -> pd.DataFrame:
     """The CPU op that does each collective, from the most to the least informative source present."""
-    gloo = events[events["name"].str.match(GLOO_OP)].copy()
+    gloo = _text_names(events[events["name"].str.match(GLOO_OP)])
     if not gloo.empty:
         gloo["kind"] = gloo["name"].str.replace("gloo:", "", regex=False).map(kind_of)
         source = "gloo op"
         chosen = gloo
     else:
-        rpc = events[(events["name"] == "record_param_comms") & events["coll_name"].notna()].copy()
+        rpc = _text_names(events[(events["name"] == "record_param_comms") & events["coll_name"].notna()])
         if not rpc.empty:
             rpc["kind"] = rpc["coll_name"].astype(str).map(kind_of)
             source = "record_param_comms op"
             chosen = rpc
         else:
-            c10d = events[events["name"].str.match(C10D_OP)].copy()
+            c10d = _text_names(events[events["name"].str.match(C10D_OP)])
             c10d["kind"] = c10d["name"].str.replace("c10d::", "", regex=False).map(kind_of)
             source = "c10d op"
             chosen = c10d
