@@ -1,6 +1,7 @@
 """Time and memory of `dstrace analyze` against HTA alone on the same run folder.
 
 The cases, each run `--repeats` times in alternating order, each in a fresh process:
+  orjson  the floor the issue measures against: inflate each trace and `orjson.loads` it into dicts, nothing else
   hta     bench/hta_alone.py: HTA's TraceAnalysis and the breakdowns dstrace reports
   first   dstrace analyze with no cache beside the traces (deleted before each run): the default number of
           parse workers (within the memory budget)
@@ -84,7 +85,8 @@ def main() -> None:
     folder = os.path.abspath(args.folder)
     py = sys.executable
     analyze = [py, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", os.devnull]
-    commands = {"hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze,
+    commands = {"orjson": [py, os.path.join(HERE, "json_floor.py"), folder],
+                "hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze,
                 "first2": analyze + ["--parse-workers", "2"], "cached-parse": analyze, "second": analyze}
     cases = args.cases.split(",")
     results: dict[str, list[dict]] = {c: [] for c in cases}

@@ -103,7 +103,7 @@ def _get_frame(z, prefix: str, spec: dict) -> pd.DataFrame | None:
     data = {}
     for i, (col, kind, dtype) in enumerate(spec["columns"]):
         head = f"{prefix}{i}."
-        arrays = {k[len(head):]: z[k] for k in z.files if k.startswith(head)}
+        arrays = {k[len(head):]: z[k] for k in z if k.startswith(head)}
         series = _decode(kind, arrays, dtype)
         if len(series) != spec["rows"]:
             return None
@@ -111,14 +111,28 @@ def _get_frame(z, prefix: str, spec: dict) -> pd.DataFrame | None:
     return pd.DataFrame(data, columns=[c for c, _, _ in spec["columns"]])
 
 
+def pack(reduced: RankReduction) -> tuple[dict[str, np.ndarray], dict]:
+    """A reduction as arrays (its frames, column by column) and a JSON-able head (the frames' layout, its dicts):
+    the form of both the cache and the rank summaries (`summaries`)."""
+    arrays: dict[str, np.ndarray] = {}
+    frames = {name: _put_frame(arrays, f"r.{name}.", getattr(reduced, name)) for name in FRAMES}
+    return arrays, {"frames": frames, "reduced": {k: v for k, v in vars(reduced).items() if k not in FRAMES}}
+
+
+def unpack(arrays, head: dict) -> RankReduction | None:
+    """The reduction `pack` gave (arrays: any mapping of name to array), or None when a frame is incomplete."""
+    frames = {name: _get_frame(arrays, f"r.{name}.", head["frames"][name]) for name in FRAMES}
+    if any(f is None for f in frames.values()):
+        return None
+    return RankReduction(**frames, **head["reduced"])
+
+
 def write(target: str, print_: dict, trace_meta: dict, reduced: RankReduction, world_hint: int) -> None:
     """Write a sealed cache to `target`, atomically; `print_` is the trace's `fingerprint` taken before it was
     decoded, so a trace that changed meanwhile leaves a stale cache; `world_hint` the world size the
     folder's manifests gave the reduction. Raises OSError when the folder refuses."""
-    arrays: dict[str, np.ndarray] = {}
-    frames = {name: _put_frame(arrays, f"r.{name}.", getattr(reduced, name)) for name in FRAMES}
-    head = {"fingerprint": print_, "world_hint": world_hint, "trace_meta": trace_meta, "frames": frames,
-            "reduced": {k: v for k, v in vars(reduced).items() if k not in FRAMES}}
+    arrays, head = pack(reduced)
+    head.update(fingerprint=print_, world_hint=world_hint, trace_meta=trace_meta)
     arrays["head"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
     archive = io.BytesIO()
     np.savez(archive, **arrays)
@@ -143,12 +157,11 @@ def read(trace_path: str, world_hint: int, source: str | None = None) -> Cached 
         if not data.startswith(MAGIC) or not identity.sealed(data[start:], data[len(MAGIC):start]):
             return None
         with np.load(io.BytesIO(data[start:]), allow_pickle=False) as z:
-            head = json.loads(z["head"].tobytes())
-            if head["fingerprint"] != fingerprint(trace_path) or head["world_hint"] != world_hint:
-                return None
-            frames = {name: _get_frame(z, f"r.{name}.", head["frames"][name]) for name in FRAMES}
-            if any(f is None for f in frames.values()):
-                return None
-            return Cached(meta=head["trace_meta"], reduced=RankReduction(**frames, **head["reduced"]))
+            arrays = {k: z[k] for k in z.files}
+        head = json.loads(arrays.pop("head").tobytes())
+        if head["fingerprint"] != fingerprint(trace_path) or head["world_hint"] != world_hint:
+            return None
+        reduced = unpack(arrays, head)
+        return None if reduced is None else Cached(meta=head["trace_meta"], reduced=reduced)
     except Exception:  # a damaged, foreign or unreadable cache is no cache: the trace is decoded again
         return None

@@ -39,7 +39,7 @@ def host_during_idle(ev: pd.DataFrame) -> dict:
                 & ~ev["name"].str.match(WHOLE_CALL_RANGES)]
     if len(ranges):
         overlap = pd.Series(intervals.covered(idle, ranges["ts"], ranges["end"]), index=ranges.index)
-        by_label = overlap.groupby(ranges["name"].astype(str).map(range_label)).sum().sort_values(ascending=False)
+        by_label = overlap.groupby(ranges["name"].map(range_label).astype(str)).sum().sort_values(ascending=False)
         out["in_dstrace_ranges"] = {k: float(v) for k, v in by_label.head(TOP_HOST_ITEMS).items() if v > 0}
     ops = intervals.top_level(ev[ev["cat"] == "cpu_op"])
     if len(ops):

@@ -108,9 +108,7 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
                        "ts": columns.ts, "dur": columns.dur})
     for col, _ in ARG_COLUMNS:
         values = columns.args[col]
-        if not columns.present[col]:
-            values = np.full(len(values), None, dtype=object)
-        df[col] = pd.Series(values).infer_objects() if values.dtype == object else values
+        df[col] = values if columns.present[col] else np.full(len(values), None, dtype=object)
     df["end"] = df["ts"] + df["dur"]
     df["is_gpu"] = df["cat"].isin(GPU_CATEGORIES).to_numpy(dtype=bool)
     for col in ("stream", "device", "correlation"):

@@ -301,7 +301,7 @@ def _read_pieces(path: str) -> tuple[dict, Columns]:
     """Decode the event array piece by piece in one growing buffer: each piece runs from the `[` that opens
     it to the `,` after its last event, which is made a `]` for the decode and then the next piece's `[`."""
     b = _Builder()
-    chunks = untrusted.json_chunks(path, CHUNK_BYTES)
+    chunks = untrusted.read_ahead(untrusted.json_chunks(path, CHUNK_BYTES))
     buf = bytearray(next(chunks, b""))
     key = buf.find(ARRAY_KEY)
     opener = buf.find(b"[", key) if key >= 0 else -1

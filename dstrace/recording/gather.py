@@ -18,10 +18,9 @@ import sys
 
 from ..errors import UserError
 from .launcher import summarize
-from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, TRACE_SUFFIXES, RunRecord, read_manifest, to_json,
-                       write_json_atomic)
+from .manifest import (MANIFEST_SUFFIX, RUN_FILE, RUN_SCHEMA, SUMMARY_SUFFIX, TRACE_SUFFIXES, RunRecord, read_manifest,
+                       to_json, write_json_atomic)
 from .multinode import NODES_DIR
-from .summary import SUMMARY_SUFFIX
 
 RANK_FILE = re.compile(r"_rank(\d+)\.")
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch

@@ -18,6 +18,7 @@ RUN_SCHEMA = "dstrace.run/1"
 MANIFEST_SUFFIX = ".manifest.json"
 RUN_FILE = "run.json"
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+SUMMARY_SUFFIX = ".summary.json.gz"  # rank<N>.summary.json.gz: the rank's reduction, written by `dstrace record`
 # unrecorded.<host>.<pid>.json: a rank whose interpreter could not run the recording code (the bootstrap's
 # sitecustomize writes it, and cannot import this module to share the name)
 UNRECORDED_PREFIX = "unrecorded."

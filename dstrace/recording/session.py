@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 
-from . import ranges, summary
+from . import ranges
 from .manifest import (MANIFEST_SCHEMA, GenerationCall, Manifest, manifest_path, to_json,
                        write_json_atomic)
 from .window import ProfilerWindow, WindowOptions
@@ -106,14 +106,9 @@ class RankSession:
                 "window": to_json(self.window.options)}
 
     def export_window(self) -> None:
-        def summarize(raw: str, name: str) -> None:
-            with self.guard("trace summary"):  # a failed summary never costs the trace
-                m = self.manifest
-                summary.write_summary(self.run_dir, name, m.rank, m.world_size, m.host, m.run_id, source=raw)
-
         with self.guard("trace export"):
             self._refresh_identity()
-            self.window.export(self.run_dir, self.worker, summarize)
+            self.window.export(self.run_dir, self.worker)
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         """Write everything recorded so far; called once, at exit, on an exception or a signal."""
