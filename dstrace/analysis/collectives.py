@@ -34,8 +34,7 @@ def message_size(in_bytes: float, out_bytes: float) -> float:
 
 def _launch_ts(events: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
     """Host time each kernel was launched (its cuda_runtime/driver call, joined on correlation)."""
-    launches = events[events["cat"].isin(LAUNCH_CATEGORIES)
-                      & events["correlation"].notna()]
+    launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(), ["correlation", "ts"]]
     launch = launches.drop_duplicates("correlation").set_index("correlation")["ts"]
     return kernels["correlation"].map(launch).fillna(kernels["ts"])
 

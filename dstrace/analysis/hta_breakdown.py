@@ -157,11 +157,9 @@ def hta_frame(columns: Columns):
     steps = pd.Series(_values(columns, "name", step_rows), index=columns.position[step_rows], dtype=object)
     data = {"index": pd.to_numeric(pd.Series(columns.position[rows]), downcast="integer").to_numpy(),
             "cat": symbol_ids("cat"), "name": symbol_ids("name"),
-            "pid": _values(columns, "pid", rows), "tid": _values(columns, "tid", rows), "ts": ts, "dur": dur}
+            "pid": columns.values("pid", rows), "tid": columns.values("tid", rows), "ts": ts, "dur": dur}
     data.update({name: _arg(columns, name, default, rows) for name, default in HTA_ARGS})
     df = pd.DataFrame(data, index=columns.position[rows])
-    for col in ("pid", "tid"):
-        df[col] = df[col].infer_objects()
     for col in df.columns.drop("correlation"):  # HTA downcasts every int column; a narrow correlation column
         if df[col].dtype.kind == "i":          # then cannot take event indices (HTA 0.5.0 fails on pandas 3)
             df[col] = pd.to_numeric(df[col], errors="coerce", downcast="integer")

@@ -88,9 +88,10 @@ def dstrace_metadata(data: dict) -> dict | None:
 
 def _categorical(columns: tracefile.Columns, name: str) -> pd.Categorical:
     """A coded column as text, kept coded: filters and string matches then run once per distinct value
-    (`Series.str` on a categorical works on its categories), not once per event."""
+    (`Series.str` on a categorical works on its categories), not once per event. The categories are
+    sorted, so grouping by the column orders groups as grouping by its text would."""
     text = np.fromiter((str(v) for v in columns.tables[name]), dtype=object, count=len(columns.tables[name]))
-    merged, categories = pd.factorize(text)  # str() may make two values one text
+    merged, categories = pd.factorize(text, sort=True)  # str() may make two values one text
     codes = merged[columns.codes[name]] if len(text) else columns.codes[name]
     return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
 
@@ -98,13 +99,8 @@ def _categorical(columns: tracefile.Columns, name: str) -> pd.Categorical:
 def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
     """Complete ('X') events as a DataFrame, with the args the analyses use as columns; name and cat are
     categoricals of their text."""
-    def coded(name: str) -> pd.Series:
-        table = np.empty(len(columns.tables[name]), dtype=object)
-        table[:] = columns.tables[name]
-        return pd.Series(table[columns.codes[name]])
-
     df = pd.DataFrame({"name": _categorical(columns, "name"), "cat": _categorical(columns, "cat"),
-                       "pid": coded("pid").infer_objects(), "tid": coded("tid").infer_objects(),
+                       "pid": columns.values("pid"), "tid": columns.values("tid"),
                        "ts": columns.ts, "dur": columns.dur})
     for col, _ in ARG_COLUMNS:
         values = columns.args[col]

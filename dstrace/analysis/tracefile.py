@@ -121,6 +121,16 @@ class Columns:
     def __len__(self) -> int:
         return len(self.position)
 
+    def values(self, name: str, rows=slice(None)) -> np.ndarray:
+        """A coded column's values at `rows`, typed as `infer_objects` would type them: int64 when every value
+        is an integer (pid, tid), looked up once per distinct value, else objects."""
+        table = self.tables[name]
+        if table and all(type(v) is int for v in table):
+            return np.array(table, dtype=np.int64)[self.codes[name][rows]]
+        lookup = np.empty(len(table), dtype=object)
+        lookup[:] = table
+        return pd.Series(lookup[self.codes[name][rows]], dtype=object).infer_objects().to_numpy()
+
 
 def _objects(values) -> np.ndarray:
     """A 1-d object array of the values (lists among them stay elements)."""
@@ -128,7 +138,8 @@ def _objects(values) -> np.ndarray:
 
 
 def _arg_array(column: str, n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """A dense column of n rows from the values (an object array) of the rows that had the arg."""
+    """A dense column of n rows from the values (an object array) of the rows that had the arg: float64 (NaN
+    where absent) for a numeric arg whose values are all numbers, else objects (None where absent)."""
     if column in NUMERIC_ARGS:
         try:
             arr = np.full(n, np.nan)
@@ -150,7 +161,8 @@ class _Builder:
         self.wants_args: dict[str, list[bool]] = {"cat": [], "name": []}  # per table entry: `reads_args`
         self.present = {c: False for c, _ in ALL_ARGS}
         self.ts_all_int = True
-        self.seen = 0
+        self.seen = 0  # events so far (their positions)
+        self.rows = 0  # complete events so far (the columns' rows)
 
     def _codes(self, column: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """int32 codes of the values into the column's table (first seen, first coded), and for cat and name
@@ -213,7 +225,8 @@ class _Builder:
             values = _objects(column_values)
             has = np.flatnonzero(values != None)  # noqa: E711
             self.present[column] = self.present[column] or bool(len(has))
-            piece["arg:" + column] = _arg_array(column, n, rows[has], values[has])
+            piece["arg:" + column] = (rows[has] + self.rows, values[has])  # sparse: most events lack most args
+        self.rows += n
         self.pieces.append(piece)
 
     def finish(self) -> Columns:
@@ -221,18 +234,19 @@ class _Builder:
         never held twice over."""
         def cat(key: str, dtype) -> np.ndarray:
             parts = [p.pop(key) for p in self.pieces]
-            if not parts:
-                return np.empty(0, dtype=dtype)
-            if any(p.dtype == object for p in parts):
-                parts = [p if p.dtype == object else _objects([None if np.isnan(v) else v for v in p.tolist()])
-                         for p in parts]
-            return np.concatenate(parts)
+            return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+        def arg(column: str) -> np.ndarray:
+            parts = [p.pop("arg:" + column) for p in self.pieces]
+            rows = np.concatenate([r for r, _ in parts]) if parts else np.empty(0, dtype=np.int64)
+            values = np.concatenate([v for _, v in parts]) if parts else np.empty(0, dtype=object)
+            return _arg_array(column, self.rows, rows, values)
 
         columns = Columns(
             position=cat("position", np.int64), ts=cat("ts", np.float64), dur=cat("dur", np.float64),
             has_dur=cat("has_dur", bool), codes={c: cat(c, np.int32) for c in CODED},
             tables={c: list(t) for c, t in self.index.items()},
-            args={c: cat("arg:" + c, np.float64 if c in NUMERIC_ARGS else object) for c, _ in ALL_ARGS},
+            args={c: arg(c) for c, _ in ALL_ARGS},
             present=dict(self.present), ts_all_int=self.ts_all_int)
         self.pieces = []
         release_freed_memory()
