@@ -18,10 +18,10 @@ The columns keep what `loading` and HTA (`hta_breakdown`) need, so one decode se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import msgspec
-from msgspec.structs import astuple
 import numpy as np
 import pandas as pd
 
@@ -84,6 +84,7 @@ class Event(msgspec.Struct):
 Args = msgspec.defstruct("Args", [(column, Any, None) for column, _ in ALL_ARGS],
                          rename={column: key for column, key in ALL_ARGS})
 """The args the columns keep; any others in an event's args are skipped unread."""
+NO_ARGS = Args()
 EVENTS = msgspec.json.Decoder(list[Event])
 ARGS = msgspec.json.Decoder(list[Args | None])
 TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -219,10 +220,9 @@ class _Builder:
         except msgspec.ValidationError as exc:
             raise ValueError(f"an event's args is not an object ({exc})") from None
         del kept
-        absent = (None,) * len(ALL_ARGS)
-        by_column = list(zip(*[astuple(a) if a is not None else absent for a in args])) or [()] * len(ALL_ARGS)
-        for (column, _), column_values in zip(ALL_ARGS, by_column):
-            values = _objects(column_values)
+        args = [NO_ARGS if a is None else a for a in args]
+        for column, _ in ALL_ARGS:
+            values = _objects(list(map(attrgetter(column), args)))
             has = np.flatnonzero(values != None)  # noqa: E711
             self.present[column] = self.present[column] or bool(len(has))
             piece["arg:" + column] = (rows[has] + self.rows, values[has])  # sparse: most events lack most args
