@@ -17,6 +17,8 @@ The columns keep what `loading` and HTA (`hta_breakdown`) need, so one decode se
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -68,9 +70,10 @@ CODED = ("name", "cat", "pid", "tid")
 """Columns with few distinct values: stored as int32 codes into a table of values."""
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     """One trace event as decoded: any JSON value where Kineto writes a string or number (kept as it is,
-    as the columns keep it), `args` as raw JSON until an analysis needs it."""
+    as the columns keep it), `args` as raw JSON until an analysis needs it. Untracked by the garbage
+    collector (JSON makes no cycles): a million tracked objects would make each collection walk them all."""
     ph: Any = None
     cat: Any = ""
     name: Any = ""
@@ -82,7 +85,7 @@ class Event(msgspec.Struct):
 
 
 Args = msgspec.defstruct("Args", [(column, Any, None) for column, _ in ALL_ARGS],
-                         rename={column: key for column, key in ALL_ARGS})
+                         rename={column: key for column, key in ALL_ARGS}, gc=False)
 """The args the columns keep; any others in an event's args are skipped unread."""
 NO_ARGS = Args()
 EVENTS = msgspec.json.Decoder(list[Event])
@@ -348,10 +351,28 @@ def _read_pieces(path: str) -> tuple[dict, Columns]:
     return head, b.finish()
 
 
+@contextlib.contextmanager
+def _no_collections():
+    """No garbage collection while a trace is decoded: its objects make no cycles, and each collection
+    would walk every container alive."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_trace(path: str) -> tuple[dict, Columns]:
     """The trace's metadata (every top-level key but traceEvents) and its complete events as columns.
     Any damage, or a file the limits refuse (`untrusted`), becomes a ValueError whose message says what
     is wrong with the file."""
+    with _no_collections():
+        return _read_trace(path)
+
+
+def _read_trace(path: str) -> tuple[dict, Columns]:
     try:
         try:
             return _read_pieces(path)
