@@ -62,7 +62,7 @@ def read(trace_dir: str, fmt: str, wanted: str) -> tuple[str, list[str]] | None:
         if not identity.sealed(_body(wanted, report, warnings), bytes.fromhex(kept["seal"])):
             return None
         return report, [str(w) for w in warnings]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

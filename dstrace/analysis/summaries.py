@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from dstrace.analysis import cache, collectives, reduction, untrusted
-from dstrace.analysis.loading import read_manifests, settle_run, MAX_WORLD_SIZE
+from dstrace.analysis.loading import MAX_WORLD_SIZE, read_manifests, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
@@ -92,6 +92,8 @@ def read_summary(path: str) -> tuple[dict, RankReduction]:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"truncated or corrupt JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("corrupt JSON (nested too deeply for a summary)") from None
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ValueError(f"not a {SUMMARY_SCHEMA} summary (written by another dstrace version? "
                          "analyze the traces with --source traces)")

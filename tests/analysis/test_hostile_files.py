@@ -18,7 +18,6 @@ import sys
 import zlib
 
 import numpy as np
-import pytest
 
 import synthetic
 from helpers import quiet
@@ -214,3 +213,30 @@ def test_a_name_holding_tmp_is_in_the_report_key(tmp_path):
     b.write(str(tmp_path), os.path.basename(path))
     after = subprocess.run(dstrace, capture_output=True, text=True, check=True)
     assert "nothing in the folder changed" not in after.stderr and after.stdout != before
+
+
+def test_a_damaged_or_hostile_summary_is_skipped_with_one_line(tmp_path):
+    """Summaries are read from a run folder like traces: a gzip bomb, deep nesting or values of the wrong
+    kind are skipped with a warning; the other ranks' summaries are read."""
+    from dstrace.analysis import summaries
+
+    two_ranks(tmp_path)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for path in glob.glob(str(tmp_path / "*.pt.trace.json.gz")):
+        os.replace(path, folder / os.path.basename(path))
+    traces = {r: os.path.basename(p) for r, p in enumerate(sorted(glob.glob(str(folder / "*.pt.trace.json.gz"))))}
+    assert summaries.write_run_summaries(str(folder), traces, 2) == []
+    member = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    (folder / "rank2.summary.json.gz").write_bytes(member.compress(bytes(1 << 30)) + member.flush())
+    (folder / "rank3.summary.json.gz").write_bytes(gzip.compress(b"[" * 100_000 + b"]" * 100_000))
+    data = json.loads(gzip.open(folder / "rank1.summary.json.gz").read())
+    data["rank"], data["reduction"]["reduced"]["utilization"] = 4, "all idle"
+    (folder / "rank4.summary.json.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
+    run = summaries.load_summaries(str(folder))
+    assert run.ranks == [0, 1]
+    reasons = {os.path.basename(s["path"]): s["reason"] for s in run.skipped}
+    assert "inflates more than 100x" in reasons["rank2.summary.json.gz"]
+    assert "nested too deeply" in reasons["rank3.summary.json.gz"]
+    assert "utilization" in reasons["rank4.summary.json.gz"]
+    assert all("\n" not in r for r in reasons.values())
