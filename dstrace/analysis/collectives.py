@@ -8,6 +8,8 @@ Bandwidths follow nccl-tests: algbw = size / time, busbw = algbw * factor(kind, 
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -114,6 +116,17 @@ def rank_collectives(events: pd.DataFrame, has_gpu: bool, world_size: int) -> pd
     return df[RANK_COLUMNS].reset_index(drop=True)
 
 
+@lru_cache(maxsize=4096)
+def _ranks_text(value: str) -> tuple[int, ...] | None:
+    return parse_ranks(value)
+
+
+def _group_ranks(value) -> tuple[int, ...] | None:
+    """`parse_ranks`, once per distinct text: a run has a few groups and ~10^5 collectives naming them, each
+    as the same long "[0, 1, ...]"."""
+    return _ranks_text(value) if isinstance(value, str) else parse_ranks(value)
+
+
 def collective_events(run: LoadedRun) -> pd.DataFrame:
     """All ranks' collectives, one row each: rank, kind, ts, dur, end, host_ts, bytes, group, group_ranks."""
     frames = [t.reduced.collectives.assign(rank=rank) for rank, t in sorted(run.traces.items())
@@ -123,7 +136,7 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True)
     df["bytes"] = [message_size(i, o) for i, o in zip(df["in_bytes"].fillna(0), df["out_bytes"].fillna(0))]
     df["bytes"] = df["bytes"].fillna(0).astype("int64")
-    ranks = df["pg_ranks"].map(parse_ranks)
+    ranks = df["pg_ranks"].map(_group_ranks)
     everyone = tuple(range(run.world_size))
     df["group_ranks"] = [r if r else everyone for r in ranks]
     df["group"] = [str(g) if isinstance(g, str) and g else "world" for g in df["pg_name"]]
