@@ -1,13 +1,14 @@
 """Time and memory of `dstrace analyze` against HTA alone on the same run folder.
 
 The cases, each run `--repeats` times in alternating order, each in a fresh process:
+  orjson  the floor the issue measures against: inflate each trace and `orjson.loads` it into dicts, nothing else
   hta     bench/hta_alone.py: HTA's TraceAnalysis and the breakdowns dstrace reports
   first   dstrace analyze with no cache beside the traces (deleted before each run): the default number of
           parse workers (within the memory budget)
   first2  the same with --parse-workers 2 (two traces parsed at once, whatever the budget)
   cached-parse  dstrace analyze again with each trace's parse cache in place, the kept report deleted
   second  dstrace analyze again, every cache in place (the kept report comes back)
-Wall time is measured around the process; peak memory is the largest sum over the process and all its
+Wall time is measured around the process, CPU time (user + system) from its resource usage; peak memory is the largest sum over the process and all its
 children (parse workers), sampled every 20 ms, of RSS and of PSS (proportional set size: a page shared
 by n processes, like the libraries and the data forked workers inherit, counts 1/n in each, so the sum
 counts it once; RSS counts it in every process), and, separately, the main process's own peak RSS.
@@ -33,12 +34,16 @@ REPO = os.path.dirname(HERE)
 
 
 def run_measured(cmd: list[str]) -> dict:
-    """Run cmd; wall seconds, peak RSS and PSS of the whole process tree, peak RSS of the main process (bytes)."""
+    """Run cmd; wall seconds, CPU seconds (user + system, the process and the children it waited for: parse
+    workers), peak RSS and PSS of the whole process tree, peak RSS of the main process (bytes)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     ps = psutil.Process(proc.pid)
     tree_peak = main_peak = pss_peak = 0
-    while proc.poll() is None:
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
         try:
             procs = [ps] + ps.children(recursive=True)
             full = [p.memory_full_info() for p in procs]
@@ -49,10 +54,12 @@ def run_measured(cmd: list[str]) -> dict:
             pass
         time.sleep(0.02)
     wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace")
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
-    return {"wall_s": wall, "tree_peak_rss": tree_peak, "tree_peak_pss": pss_peak, "main_peak_rss": main_peak}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "tree_peak_rss": tree_peak,
+            "tree_peak_pss": pss_peak, "main_peak_rss": main_peak}
 
 
 def clear_cache(folder: str, parse: bool = True) -> None:
@@ -84,7 +91,8 @@ def main() -> None:
     folder = os.path.abspath(args.folder)
     py = sys.executable
     analyze = [py, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", os.devnull]
-    commands = {"hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze,
+    commands = {"orjson": [py, os.path.join(HERE, "json_floor.py"), folder],
+                "hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze,
                 "first2": analyze + ["--parse-workers", "2"], "cached-parse": analyze, "second": analyze}
     cases = args.cases.split(",")
     results: dict[str, list[dict]] = {c: [] for c in cases}
@@ -99,14 +107,15 @@ def main() -> None:
                 clear_cache(folder, parse=False)
             results[case].append(run_measured(commands[case]))
             m = results[case][-1]
-            print(f"{case:12s} run {i + 1}: {m['wall_s']:.2f} s, tree peak RSS {m['tree_peak_rss'] / 1e6:.0f} MB, "
+            print(f"{case:12s} run {i + 1}: {m['wall_s']:.2f} s ({m['cpu_s']:.2f} s CPU), tree peak RSS {m['tree_peak_rss'] / 1e6:.0f} MB, "
                   f"PSS {m['tree_peak_pss'] / 1e6:.0f} MB, main peak RSS {m['main_peak_rss'] / 1e6:.0f} MB",
                   file=sys.stderr, flush=True)
     sizes = trace_sizes(folder)
     out = {"folder": folder, "machine": f"{platform.node()}: {psutil.cpu_count()} CPUs, "
                                         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.processor() or platform.machine()}",
            "traces": len(sizes), "largest_trace_bytes": max(sizes), "total_trace_bytes": sum(sizes),
-           "cases": {c: {"wall_s": summary([m["wall_s"] for m in ms]),
+           "load_average": os.getloadavg(),
+           "cases": {c: {"wall_s": summary([m["wall_s"] for m in ms]), "cpu_s": summary([m["cpu_s"] for m in ms]),
                          "tree_peak_rss": summary([m["tree_peak_rss"] for m in ms]),
                          "tree_peak_pss": summary([m["tree_peak_pss"] for m in ms]),
                          "main_peak_rss": summary([m["main_peak_rss"] for m in ms]), "runs": ms}
@@ -115,12 +124,12 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             f.write(text)
-    print("| case | wall s, median (min-max) | peak RSS, tree, MB | peak PSS, tree, MB | peak RSS, main, MB "
-          "| peak / largest trace (RSS, PSS) |")
-    print("|---|---|---|---|---|---|")
+    print("| case | wall s, median (min-max) | CPU s, median | peak RSS, tree, MB | peak PSS, tree, MB "
+          "| peak RSS, main, MB | peak / largest trace (RSS, PSS) |")
+    print("|---|---|---|---|---|---|---|")
     for c, r in out["cases"].items():
         w, t, p, m = r["wall_s"], r["tree_peak_rss"], r["tree_peak_pss"], r["main_peak_rss"]
-        print(f"| {c} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | {t['median'] / 1e6:.0f} "
+        print(f"| {c} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | {r['cpu_s']['median']:.2f} | {t['median'] / 1e6:.0f} "
               f"({t['min'] / 1e6:.0f}-{t['max'] / 1e6:.0f}) | {p['median'] / 1e6:.0f} | {m['median'] / 1e6:.0f} | "
               f"{t['median'] / out['largest_trace_bytes']:.2f}x, {p['median'] / out['largest_trace_bytes']:.2f}x |")
 

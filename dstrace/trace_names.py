@@ -1,7 +1,7 @@
 """How Kineto traces name things: event categories, collective kernels and ops, dtype sizes, dstrace's ranges.
 
-Standard library only: the in-job rank summary (whose environment may lack pandas) and the pandas
-analysis apply these same rules, so a collective is classified and sized the same way in both.
+One place for these rules, so that every analysis (collectives, utilization, steps, the timeline)
+classifies and sizes a collective the same way.
 """
 from __future__ import annotations
 

@@ -1,45 +1,49 @@
-"""The parsed form of a trace, kept beside it so that analyzing the folder again skips the parse.
+"""The reduction of a trace, kept beside it so that analyzing the folder again skips the decode.
 
 `.<trace file name>.dstrace-cache.npz` holds the rank's reduction (`reduction.RankReduction`: what the
-analysis reads, HTA's breakdowns included) and its events frame (what the timeline reads), frames
-column by column (numbers as they are, strings and other values as int32 codes into a table of distinct
-values), and the trace's metadata. The analysis reads the reduction's members only. It is an
-uncompressed NumPy archive read with `allow_pickle=False`: a cache file that came with someone else's
-folder can hold data, never code.
+analysis reads, HTA's breakdowns included), frames column by column (numbers as they are, strings and
+other values as int32 codes into a table of distinct values), and the trace's metadata. The timeline
+(`dstrace view`), which needs every event, decodes the trace itself. An uncompressed NumPy archive, read
+with `allow_pickle=False`, after a seal of the whole file (`identity.seal`) and behind it.
 
-A cache is used only when it matches the trace: same size, same modification time, same hash of the
-first and last MiB (a rewrite in place that keeps size and mtime still changes those bytes for any
-real trace), the same cache format, the same dstrace code (a hash of its source) and HTA and pandas
-versions, and the same world size from the folder's manifests (CPU collectives' byte counts may depend
-on it). Anything else (a missing, stale, damaged or foreign file) reads as no cache, and the trace is
-parsed again. Files are written under a
-temporary name and renamed, so a reader never sees half a cache; the name matches none of the trace
-patterns (`*.pt.trace.json[.gz]`, `*.json[.gz]`).
+A cache can never change an answer. It is used only when its seal shows that dstrace wrote it for this
+user (a cache that came with someone else's folder, or was edited, is no cache) and its fingerprint
+matches: the hash of the whole trace as it is now, the cache format, the dstrace code (a hash of its
+source) and HTA and pandas versions, and the world size from the folder's manifests (CPU collectives'
+byte counts may depend on it). Anything else (a missing, stale, damaged, foreign or oversized file)
+reads as no cache, and the trace is decoded again. Files are written under a temporary name and
+renamed, so a reader never sees half a cache; the name matches none of the trace patterns
+(`*.pt.trace.json[.gz]`, `*.json[.gz]`).
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
+import msgspec
 import pandas as pd
 
 from dstrace.analysis import identity
+from dstrace.runfolder import untrusted
+from dstrace.runfolder.files import atomic_file
 from dstrace.analysis.reduction import RankReduction
 from dstrace.runfolder.names import PARSE_CACHE_SUFFIX
 
-FORMAT = 5
-"""Bump when the parse, the events frame or the cached HTA results change meaning."""
+FORMAT = 6
+"""Bump when the decode, the reduction or the cached HTA results change meaning."""
 SUFFIX = PARSE_CACHE_SUFFIX
+MAGIC = b"dstrace-cache/4\n"
+MAX_CACHE_BYTES = 1 << 30
+"""A reduction is kilobytes to megabytes; a larger file is not one dstrace wrote, and is not read."""
 
 
 @dataclass
 class Cached:
     meta: dict  # the trace's top-level metadata (everything but its events)
     reduced: RankReduction
-    events: pd.DataFrame | None = None
 
 
 def cache_path(trace_path: str) -> str:
@@ -63,7 +67,7 @@ def _encode(series: pd.Series) -> tuple[str, dict[str, np.ndarray]]:
         codes, uniques = pd.factorize(values, use_na_sentinel=True)
         return "str", {"codes": codes.astype(np.int32), "table": np.asarray(uniques, dtype=str)}
     texts = np.full(len(values), None, dtype=object)
-    texts[~missing] = [orjson.dumps(v).decode() for v in present]
+    texts[~missing] = [msgspec.json.encode(v).decode() for v in present]
     codes, uniques = pd.factorize(texts, use_na_sentinel=True)
     return "json", {"codes": codes.astype(np.int32), "table": np.asarray(uniques, dtype=str)}
 
@@ -78,13 +82,13 @@ def _decode(kind: str, arrays: dict[str, np.ndarray], dtype: str) -> pd.Series:
         lookup[-1] = np.nan
         return pd.Series(lookup[codes], dtype=dtype)
     lookup = np.empty(len(table) + 1, dtype=object)
-    lookup[:-1] = [orjson.loads(t) for t in table.tolist()]
+    lookup[:-1] = [msgspec.json.decode(t) for t in table.tolist()]
     lookup[-1] = None
     return pd.Series(lookup[codes], dtype=object)
 
 
 FRAMES = ("collectives", "steps", "gathers")
-"""The reduction's frames, stored beside the events' columns; its dicts go in the head."""
+"""The reduction's frames, stored column by column; its dicts go in the head."""
 
 
 def _put_frame(arrays: dict[str, np.ndarray], prefix: str, df: pd.DataFrame) -> dict:
@@ -101,7 +105,7 @@ def _get_frame(z, prefix: str, spec: dict) -> pd.DataFrame | None:
     data = {}
     for i, (col, kind, dtype) in enumerate(spec["columns"]):
         head = f"{prefix}{i}."
-        arrays = {k[len(head):]: z[k] for k in z.files if k.startswith(head)}
+        arrays = {k[len(head):]: z[k] for k in z if k.startswith(head)}
         series = _decode(kind, arrays, dtype)
         if len(series) != spec["rows"]:
             return None
@@ -109,41 +113,51 @@ def _get_frame(z, prefix: str, spec: dict) -> pd.DataFrame | None:
     return pd.DataFrame(data, columns=[c for c, _, _ in spec["columns"]])
 
 
-def write(target: str, print_: dict, events: pd.DataFrame, trace_meta: dict, reduced: RankReduction,
-          world_hint: int) -> None:
-    """Write a cache to `target`, atomically; `print_` is the trace's `fingerprint` taken before it was
-    parsed, so a trace that changed meanwhile leaves a stale cache; `world_hint` the world size the
-    folder's manifests gave the reduction. Raises OSError when the folder refuses."""
+def pack(reduced: RankReduction) -> tuple[dict[str, np.ndarray], dict]:
+    """A reduction as arrays (its frames, column by column) and a JSON-able head (the frames' layout, its dicts):
+    the form of both the cache and the rank summaries (`summaries`)."""
     arrays: dict[str, np.ndarray] = {}
     frames = {name: _put_frame(arrays, f"r.{name}.", getattr(reduced, name)) for name in FRAMES}
-    head = {"fingerprint": print_, "world_hint": world_hint, "events": _put_frame(arrays, "e.", events),
-            "trace_meta": trace_meta, "frames": frames,
-            "reduced": {k: v for k, v in vars(reduced).items() if k not in FRAMES}}
+    return arrays, {"frames": frames, "reduced": {k: v for k, v in vars(reduced).items() if k not in FRAMES}}
+
+
+def unpack(arrays, head: dict) -> RankReduction | None:
+    """The reduction `pack` gave (arrays: any mapping of name to array), or None when a frame is incomplete."""
+    frames = {name: _get_frame(arrays, f"r.{name}.", head["frames"][name]) for name in FRAMES}
+    if any(f is None for f in frames.values()):
+        return None
+    return RankReduction(**frames, **head["reduced"])
+
+
+def write(target: str, print_: dict, trace_meta: dict, reduced: RankReduction, world_hint: int) -> None:
+    """Write a sealed cache to `target`, atomically; `print_` is the trace's `fingerprint` taken before it was
+    decoded, so a trace that changed meanwhile leaves a stale cache; `world_hint` the world size the
+    folder's manifests gave the reduction. Raises OSError when the folder refuses."""
+    arrays, head = pack(reduced)
+    head.update(fingerprint=print_, world_hint=world_hint, trace_meta=trace_meta)
     arrays["head"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
-    tmp = f"{target}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    archive = io.BytesIO()
+    np.savez(archive, **arrays)
+    payload = archive.getvalue()
+    with atomic_file(target, "wb") as f:
+        f.write(MAGIC + identity.seal(payload) + payload)
 
 
-def read(trace_path: str, world_hint: int, source: str | None = None, events: bool = False) -> Cached | None:
-    """The cached parse of `trace_path` (its events only when asked for), or None when there is no usable
-    cache for the trace as it is now and this world size hint. Never raises for a bad cache file."""
+def read(trace_path: str, world_hint: int, source: str | None = None) -> Cached | None:
+    """The cached reduction of `trace_path`, or None when there is no cache that dstrace sealed for the trace
+    as it is now and this world size hint. Never raises for a bad cache file."""
     source = source or cache_path(trace_path)
     try:
-        with np.load(source, allow_pickle=False) as z:
-            head = json.loads(z["head"].tobytes())
-            if head["fingerprint"] != fingerprint(trace_path) or head["world_hint"] != world_hint:
-                return None
-            frames = {name: _get_frame(z, f"r.{name}.", head["frames"][name]) for name in FRAMES}
-            frame_events = _get_frame(z, "e.", head["events"]) if events else None
-            if any(f is None for f in frames.values()) or (events and frame_events is None):
-                return None
-            return Cached(events=frame_events, meta=head["trace_meta"],
-                          reduced=RankReduction(**frames, **head["reduced"]))
-    except Exception:  # a damaged or foreign cache is no cache: the trace is parsed again
+        data = untrusted.read_bytes(source, MAX_CACHE_BYTES)
+        start = len(MAGIC) + identity.SEAL_BYTES
+        if not data.startswith(MAGIC) or not identity.sealed(data[start:], data[len(MAGIC):start]):
+            return None
+        with np.load(io.BytesIO(data[start:]), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        head = json.loads(arrays.pop("head").tobytes())
+        if head["fingerprint"] != fingerprint(trace_path) or head["world_hint"] != world_hint:
+            return None
+        reduced = unpack(arrays, head)
+        return None if reduced is None else Cached(meta=head["trace_meta"], reduced=reduced)
+    except Exception:  # a damaged, foreign or unreadable cache is no cache: the trace is decoded again
         return None

@@ -8,6 +8,8 @@ Bandwidths follow nccl-tests: algbw = size / time, busbw = algbw * factor(kind, 
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -36,14 +38,20 @@ def message_size(in_bytes: float, out_bytes: float) -> float:
 
 def _launch_ts(events: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
     """Host time each kernel was launched (its cuda_runtime/driver call, joined on correlation)."""
-    launches = events[events["cat"].isin(LAUNCH_CATEGORIES)
-                      & events["correlation"].notna()]
+    launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(), ["correlation", "ts"]]
     launch = launches.drop_duplicates("correlation").set_index("correlation")["ts"]
     return kernels["correlation"].map(launch).fillna(kernels["ts"])
 
 
+def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a few events with their names as text, not the events frame's categorical codes."""
+    rows = rows.copy()
+    rows["name"] = rows["name"].astype(str)
+    return rows
+
+
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
-    kernels = events[events["is_gpu"] & events["name"].str.startswith("nccl")].copy()
+    kernels = _text_names(events[events["is_gpu"] & events["name"].str.startswith("nccl")])
     if kernels.empty:
         return kernels
     kernels["kind"] = [kind_of(n) or kind_of(str(c or "")) for n, c in zip(kernels["name"], kernels["coll_name"])]
@@ -58,19 +66,19 @@ def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
 
 def cpu_collectives(events: pd.DataFrame, world_size: int) -> pd.DataFrame:
     """The CPU op that does each collective, from the most to the least informative source present."""
-    gloo = events[events["name"].str.match(GLOO_OP)].copy()
+    gloo = _text_names(events[events["name"].str.match(GLOO_OP)])
     if not gloo.empty:
         gloo["kind"] = gloo["name"].str.replace("gloo:", "", regex=False).map(kind_of)
         source = "gloo op"
         chosen = gloo
     else:
-        rpc = events[(events["name"] == "record_param_comms") & events["coll_name"].notna()].copy()
+        rpc = _text_names(events[(events["name"] == "record_param_comms") & events["coll_name"].notna()])
         if not rpc.empty:
             rpc["kind"] = rpc["coll_name"].astype(str).map(kind_of)
             source = "record_param_comms op"
             chosen = rpc
         else:
-            c10d = events[events["name"].str.match(C10D_OP)].copy()
+            c10d = _text_names(events[events["name"].str.match(C10D_OP)])
             c10d["kind"] = c10d["name"].str.replace("c10d::", "", regex=False).map(kind_of)
             source = "c10d op"
             chosen = c10d
@@ -115,6 +123,17 @@ def rank_collectives(events: pd.DataFrame, has_gpu: bool, world_size: int) -> pd
     return df[RANK_COLUMNS].reset_index(drop=True)
 
 
+@lru_cache(maxsize=4096)
+def _ranks_text(value: str) -> tuple[int, ...] | None:
+    return parse_ranks(value)
+
+
+def _group_ranks(value) -> tuple[int, ...] | None:
+    """`parse_ranks`, once per distinct text: a run has a few groups and ~10^5 collectives naming them, each
+    as the same long "[0, 1, ...]"."""
+    return _ranks_text(value) if isinstance(value, str) else parse_ranks(value)
+
+
 def collective_events(run: LoadedRun) -> pd.DataFrame:
     """All ranks' collectives, one row each: rank, kind, ts, dur, end, host_ts, bytes, group, group_ranks."""
     frames = [t.reduced.collectives.assign(rank=rank) for rank, t in sorted(run.traces.items())
@@ -124,7 +143,7 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True)
     df["bytes"] = [message_size(i, o) for i, o in zip(df["in_bytes"].fillna(0), df["out_bytes"].fillna(0))]
     df["bytes"] = df["bytes"].fillna(0).astype("int64")
-    ranks = df["pg_ranks"].map(parse_ranks)
+    ranks = df["pg_ranks"].map(_group_ranks)
     everyone = tuple(range(run.world_size))
     df["group_ranks"] = [r if r else everyone for r in ranks]
     df["group"] = [str(g) if isinstance(g, str) and g else "world" for g in df["pg_name"]]

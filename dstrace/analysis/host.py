@@ -26,7 +26,7 @@ def range_label(name: str) -> str:
 
 
 def gpu_idle(events: pd.DataFrame) -> pd.DataFrame:
-    k = events[events["is_gpu"]]
+    k = events.loc[events["is_gpu"], ["ts", "end"]]
     return intervals.gaps(intervals.merge(k["ts"], k["end"]))
 
 
@@ -40,9 +40,9 @@ def host_during_idle(ev: pd.DataFrame) -> dict:
                 & ~ev["name"].str.match(WHOLE_CALL_RANGES)]
     if len(ranges):
         overlap = pd.Series(intervals.covered(idle, ranges["ts"], ranges["end"]), index=ranges.index)
-        by_label = overlap.groupby(ranges["name"].map(range_label)).sum().sort_values(ascending=False)
+        by_label = overlap.groupby(ranges["name"].map(range_label).astype(str)).sum().sort_values(ascending=False)
         out["in_dstrace_ranges"] = {k: float(v) for k, v in by_label.head(TOP_HOST_ITEMS).items() if v > 0}
-    ops = intervals.top_level(ev[ev["cat"] == "cpu_op"])
+    ops = intervals.top_level(ev.loc[ev["cat"] == "cpu_op", ["name", "pid", "tid", "ts", "dur", "end"]])
     if len(ops):
         overlap = pd.Series(intervals.covered(idle, ops["ts"], ops["end"]), index=ops.index)
         by_name = overlap.groupby(ops["name"]).sum().sort_values(ascending=False)

@@ -1,14 +1,28 @@
-"""What identifies a file's content and the code that read it, for the caches that stand in for a parse
-(`cache`) or a whole report (`report_cache`). Standard library only: a report-cache hit imports nothing more.
+"""What identifies a file's content and the code that read it, and what makes a cache dstrace's own, for the
+caches that stand in for a parse (`cache`) or a whole report (`report_cache`).
+
+A cache may answer only for the very bytes it was made from: the key is a hash of each whole file
+(xxh3-128, ~10 GB/s: well under a parse), never its size, time or a part of it. And a cache file sits in
+a folder anyone may have written, so one that dstrace did not write itself must never be believed: each
+is sealed with a keyed hash (BLAKE2b) under a secret kept in the user's own cache folder, and a cache
+whose seal does not verify is no cache. Standard library and xxhash only: a report-cache hit imports no
+pandas.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
+import secrets
 from functools import lru_cache
 from importlib import metadata
 
-EDGE_BYTES = 1 << 20
+import xxhash
+
+from dstrace.runfolder.untrusted import open_regular
+
+HASH_READ_BYTES = 8 << 20
+SEAL_BYTES = 32
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -42,13 +56,53 @@ def versions() -> dict:
 
 
 def content(path: str) -> dict:
-    """Size, mtime and a hash of the first and last MiB: a rewrite in place that keeps size and mtime still
-    changes those bytes for any real trace."""
-    st = os.stat(path)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(EDGE_BYTES))
-        if st.st_size > EDGE_BYTES:
-            f.seek(max(EDGE_BYTES, st.st_size - EDGE_BYTES))
-            h.update(f.read(EDGE_BYTES))
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "edges_sha256": h.hexdigest()}
+    """Size and a hash of every byte: any edit, wherever it is and whatever it does to size and mtime,
+    changes the key. Raises OSError (or `untrusted.Refused` for what is not a regular file)."""
+    h = xxhash.xxh3_128()
+    size = 0
+    with open_regular(path) as f:
+        while chunk := f.read(HASH_READ_BYTES):
+            h.update(chunk)
+            size += len(chunk)
+    return {"size": size, "xxh3_128": h.hexdigest()}
+
+
+def _key_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dstrace", "cache-seal.key")
+
+
+@lru_cache(maxsize=1)
+def _secret() -> bytes:
+    """The user's sealing key, made on first use (readable by the user alone). Where none can be kept, a key
+    for this process only: caches are then written but never believed later, which costs speed, not answers."""
+    path = _key_path()
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(SEAL_BYTES))
+            try:
+                os.link(tmp, path)  # never replaces a key another process made meanwhile
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        with open_regular(path) as f:
+            key = f.read(SEAL_BYTES + 1)
+        if len(key) == SEAL_BYTES:
+            return key
+    except OSError:
+        pass
+    return secrets.token_bytes(SEAL_BYTES)
+
+
+def seal(data: bytes) -> bytes:
+    """The keyed hash that shows dstrace, for this user, wrote `data`."""
+    return hashlib.blake2b(data, key=_secret(), digest_size=SEAL_BYTES).digest()
+
+
+def sealed(data: bytes, mark: bytes) -> bool:
+    return hmac.compare_digest(seal(data), mark)

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -32,6 +33,7 @@ from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.rankset import ranks_text
+from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
 from dstrace.runfolder.records import Manifest, RunRecord, read_manifest, read_run, why_no_trace
@@ -83,57 +85,73 @@ def dstrace_metadata(data: dict) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
-    """Complete ('X') events as a DataFrame, with the args the analyses use as columns."""
-    def coded(name: str) -> pd.Series:
-        table = np.empty(len(columns.tables[name]), dtype=object)
-        table[:] = columns.tables[name]
-        return pd.Series(table[columns.codes[name]])
+def _categorical(columns: tracefile.Columns, name: str) -> pd.Categorical:
+    """A coded column as text, kept coded: filters and string matches then run once per distinct value
+    (`Series.str` on a categorical works on its categories), not once per event. The categories are
+    sorted, so grouping by the column orders groups as grouping by its text would."""
+    text = np.fromiter((str(v) for v in columns.tables[name]), dtype=object, count=len(columns.tables[name]))
+    merged, categories = pd.factorize(text, sort=True)  # str() may make two values one text
+    codes = merged[columns.codes[name]] if len(text) else columns.codes[name]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
 
-    df = pd.DataFrame({"name": coded("name").astype(str), "cat": coded("cat").astype(str),
-                       "pid": coded("pid").infer_objects(), "tid": coded("tid").infer_objects(),
+
+def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
+    """Complete ('X') events as a DataFrame, with the args the analyses use as columns; name and cat are
+    categoricals of their text."""
+    df = pd.DataFrame({"name": _categorical(columns, "name"), "cat": _categorical(columns, "cat"),
+                       "pid": columns.values("pid"), "tid": columns.values("tid"),
                        "ts": columns.ts, "dur": columns.dur})
     for col, _ in ARG_COLUMNS:
         values = columns.args[col]
-        if not columns.present[col]:
-            values = np.full(len(values), None, dtype=object)
-        df[col] = pd.Series(values).infer_objects() if values.dtype == object else values
+        df[col] = values if columns.present[col] else np.full(len(values), None, dtype=object)
     df["end"] = df["ts"] + df["dur"]
-    df["is_gpu"] = df["cat"].isin(GPU_CATEGORIES)
+    df["is_gpu"] = df["cat"].isin(GPU_CATEGORIES).to_numpy(dtype=bool)
     for col in ("stream", "device", "correlation"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df.loc[~df["is_gpu"], "stream"] = -1
     return df[EVENT_COLUMNS]
 
 
-def parse_rank(path: str, targets: list[str], world_hint: int) -> tuple[str | None, str | None]:
-    """Parse one trace, reduce it (HTA's breakdowns included) and write both as a cache to the first of
-    `targets` that accepts it. Returns (what is wrong with the file, None) or (None, the cache written).
-    Runs in a worker process: only a short answer goes back."""
-    print_ = cache.fingerprint(path)
-    try:
-        meta, columns = tracefile.read_trace(path)
-    except ValueError as exc:
-        return str(exc), None
+def decode_rank(path: str, world_hint: int, reduce: bool = True) -> tuple[dict, pd.DataFrame, RankReduction | None]:
+    """One trace decoded (its metadata and events frame) and, with `reduce`, reduced (HTA's breakdowns
+    included). Raises ValueError with what is wrong with the file."""
+    meta, columns = tracefile.read_trace(path)
     hta = None
-    if any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
+    if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
         # before the events frame exists: the two never peak together
         breakdowns, problems = hta_breakdown.rank_breakdowns(path, meta, columns)
         hta = {"breakdowns": breakdowns, "problems": problems}
         tracefile.release_freed_memory()
     events = events_frame(columns)
     del columns
+    if not reduce:
+        return meta, events, None
     ours = dstrace_metadata(meta)
     rank, _ = _rank_of(path, meta, ours)
     world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
-    reduced = reduction.reduce_rank(events, world, hta)
+    return meta, events, reduction.reduce_rank(events, world, hta)
+
+
+def parse_rank(path: str, targets: list[str], world_hint: int,
+               events: bool = False) -> tuple[str | None, str | None, pd.DataFrame | None]:
+    """Decode one trace, reduce it and write the reduction as a cache to the first of `targets` that accepts
+    it. Returns (what is wrong with the file, None, None) or (None, the cache written, the events when
+    asked for). Runs in a worker process unless events are asked for: only a short answer goes back."""
+    try:
+        print_ = cache.fingerprint(path)
+        meta, frame, reduced = decode_rank(path, world_hint)
+    except ValueError as exc:
+        return str(exc), None, None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})", None, None
+    frame = frame if events else None
     for target in targets:
         try:
-            cache.write(target, print_, events, meta, reduced, world_hint)
-            return None, target
+            cache.write(target, print_, meta, reduced, world_hint)
+            return None, target, frame
         except OSError:
             continue
-    return "could not write its parsed form anywhere (folder and temporary folder refused)", None
+    return "could not write its reduction anywhere (folder and temporary folder refused)", None, None
 
 
 def uncompressed_size(path: str) -> int:
@@ -172,53 +190,91 @@ def _pool_context():
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
+@dataclass
+class Parsed:
+    """One trace as the analysis reads it: its metadata, its reduction, its events when asked for."""
+    meta: dict
+    reduced: RankReduction
+    events: pd.DataFrame | None = None
+
+
 def parse_traces(files: list[str], progress: Progress, workers: int | None = None, world_hint: int = 0,
-                 events: bool = False) -> dict[str, cache.Cached | str]:
-    """path -> its parse (`cache.Cached`, events only when asked for) or the reason the file is unusable.
-    Cached parses are read; the others parsed, `workers` at a time (None: `parse_workers`)."""
-    out: dict[str, cache.Cached | str] = {}
+                 events: bool = False) -> dict[str, Parsed | str]:
+    """path -> its reduction (and events, when asked for) or the reason the file is unusable. Reductions
+    come from their caches, or traces are decoded `workers` at a time (None: `parse_workers`); when
+    events are asked for, in this process, one trace at a time."""
+    out: dict[str, Parsed | str] = {}
     todo = []
     for i, path in enumerate(files, 1):
-        hit = cache.read(path, world_hint, events=events)
+        hit = cache.read(path, world_hint)
         if hit is None:
             todo.append(path)
             continue
         progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its cache)")
-        out[path] = hit
-    if not todo:
-        return {p: out[p] for p in files}
-    scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
-    try:
-        targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
-        workers = parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
-        for path in todo:
-            progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
-        hints = [world_hint] * len(todo)
-        if workers == 1:
-            results = [parse_rank(p, t, w) for p, t, w in zip(todo, targets, hints)]
-        else:
-            with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
-                results = list(pool.map(parse_rank, todo, targets, hints))
-        for path, (problem, written) in zip(todo, results):
-            if problem is not None:
-                out[path] = problem
-                continue
-            hit = cache.read(path, world_hint, written, events=events)
-            out[path] = hit if hit is not None else "changed while it was being parsed; analyze again"
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        out[path] = Parsed(hit.meta, hit.reduced)
+    if todo:
+        scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
+        try:
+            targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
+            workers = 1 if events else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
+            for path in todo:
+                progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
+            hints = [world_hint] * len(todo)
+            if workers == 1:
+                results = [parse_rank(p, t, w, events) for p, t, w in zip(todo, targets, hints)]
+            else:
+                with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
+                    results = list(pool.map(parse_rank, todo, targets, hints))
+            for path, (problem, written, frame) in zip(todo, results):
+                hit = cache.read(path, world_hint, written) if problem is None else None
+                out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if hit is not None
+                                        else "changed while it was being parsed; analyze again")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    for path, parsed in out.items():
+        if events and isinstance(parsed, Parsed) and parsed.events is None:
+            try:
+                parsed.events = decode_rank(path, world_hint, reduce=False)[1]
+            except ValueError as exc:
+                out[path] = str(exc)
     return {p: out[p] for p in files}
 
 
+MAX_WORLD_SIZE = 1 << 16
+"""The largest world size (and rank + 1) a trace may claim: beyond any job this analysis can hold (one
+reduction per rank), and what keeps a hostile 10^9 from sizing lists of missing ranks."""
+
+
+def _plausible(value, lowest: int) -> bool:
+    """A rank (lowest 0) or world size (lowest 1) that a real job can have."""
+    return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < MAX_WORLD_SIZE + lowest
+
+
 def _rank_of(path: str, data: dict, meta: dict | None) -> tuple[int | None, str | None]:
-    """The rank a trace claims, and where that came from. distributedInfo wins, then dstrace, then the name."""
+    """The rank a trace claims, and where that came from. distributedInfo wins, then dstrace, then the name;
+    a value no job can have is passed over."""
     dist = data.get("distributedInfo")
-    if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+    if isinstance(dist, dict) and _plausible(dist.get("rank"), 0):
         return dist["rank"], "distributedInfo"
-    if meta and isinstance(meta.get("rank"), int):
+    if meta and _plausible(meta.get("rank"), 0):
         return meta["rank"], "dstrace metadata"
     rank = rank_in_name(os.path.basename(path))
-    return (rank, "file name") if rank is not None else (None, None)
+    if rank is not None and _plausible(rank, 0):
+        return rank, "file name"
+    return None, None
+
+
+def _implausible(path: str, data: dict, meta: dict | None) -> list[str]:
+    """What the trace claims for its rank or world size that no job can have (and is ignored)."""
+    out = []
+    for where, block in (("distributedInfo", data.get("distributedInfo")), ("dstrace metadata", meta)):
+        if not isinstance(block, dict):
+            continue
+        for key, lowest in (("rank", 0), ("world_size", 1)):
+            if key in block and not _plausible(block[key], lowest):
+                out.append(f"{os.path.basename(path)}: {where} gives {key} {str(block[key])[:40]}, which no job has "
+                           f"(dstrace reads {lowest} to {MAX_WORLD_SIZE + lowest - 1}); ignored")
+    return out
 
 
 def _host_of(path: str, data: dict) -> str | None:
@@ -231,9 +287,9 @@ def _host_of(path: str, data: dict) -> str | None:
 
 def _world_of(data: dict, meta: dict | None) -> int | None:
     dist = data.get("distributedInfo")
-    if isinstance(dist, dict) and isinstance(dist.get("world_size"), int):
+    if isinstance(dist, dict) and _plausible(dist.get("world_size"), 1):
         return dist["world_size"]
-    if meta and isinstance(meta.get("world_size"), int):
+    if meta and _plausible(meta.get("world_size"), 1):
         return meta["world_size"]
     return None
 
@@ -326,7 +382,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
         return _manifests_only(trace_dir, manifests, run, warnings, skipped)
 
     world_hint = _declared_world(manifests, run)
-    parsed: list[tuple[str, dict, dict | None, cache.Cached]] = []
+    parsed: list[tuple[str, dict, dict | None, Parsed]] = []
     for path, result in parse_traces(files, progress, workers, world_hint, events).items():
         if isinstance(result, str):
             skipped.append({"path": path, "reason": result})
@@ -339,7 +395,8 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
 
     claims: dict[int, list[str]] = defaultdict(list)
     traces: dict[int, RankTrace] = {}
-    for path, data, meta, cached in parsed:
+    for path, data, meta, parsed_rank in parsed:
+        warnings.extend(_implausible(path, data, meta))
         rank, _ = _rank_of(path, data, meta)
         if rank is None and len(parsed) == 1:
             rank = 0
@@ -351,7 +408,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
             warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {meta['rank']}; using {rank}")
         claims[rank].append(path)
         traces[rank] = RankTrace(
-            rank=rank, path=path, reduced=cached.reduced, events=cached.events, world_size=_world_of(data, meta),
+            rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=_world_of(data, meta),
             host=_host_of(path, data), run_id=(meta or {}).get("run_id"),
             distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
             dstrace=meta,

@@ -16,8 +16,8 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     notes: list[str] = []
     device = run.device
     if run.source == "summaries":
-        notes.append(f"read from the {len(run.traces)} rank summaries (*.summary.json.gz), not the traces: HTA "
-                     "breakdowns and host time during GPU idle need the traces (dstrace analyze --source traces)")
+        notes.append(f"read from the {len(run.traces)} rank summaries (*.summary.json.gz) dstrace record wrote, "
+                     "not the traces (dstrace analyze --source traces reads those)")
     if device == "none":
         notes.append("no traces were recorded: findings come from the dstrace manifests only")
     elif device == "cpu":

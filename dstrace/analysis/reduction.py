@@ -45,9 +45,9 @@ def accelerator_events(events: pd.DataFrame) -> dict[str, int]:
 def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
     """Each source's steps: a step's time runs to the next step's start, the last one's to its own end."""
     frames = []
-    candidates = events[events["cat"].isin(("user_annotation", "cpu_op"))]
+    candidates = events["cat"].isin(("user_annotation", "cpu_op"))
     for source, pattern in STEP_SOURCES:
-        ev = candidates[candidates["name"].str.match(pattern)]
+        ev = events.loc[candidates & events["name"].str.match(pattern), ["name", "ts", "end", "dur"]]
         if ev.empty:
             continue
         df = ev[["ts", "end", "dur"]].copy()

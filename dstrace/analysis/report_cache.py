@@ -1,14 +1,16 @@
 """The last report of a folder, kept so that asking again for the same report costs no analysis at all.
 
-`dstrace analyze` keeps each rank's parse and reduction beside its trace (`cache`); with those in place
-what a second analysis still spends is mostly starting pandas. When nothing it reads has changed (every
-file of the folder by name, size, modification time and first and last MiB, the options, dstrace's own
-code and the versions of HTA and pandas), the report it would write is the one
-it wrote: `.dstrace-report.<format>.cache` beside the traces holds that report and its warnings. This
-module uses the standard library only, so that a hit never imports pandas.
+`dstrace analyze` keeps each rank's reduction beside its trace (`cache`); with those in place what a
+second analysis still spends is mostly starting pandas. When nothing it reads has changed (every file
+of the folder by name and a hash of its whole content, the options, dstrace's own code and the versions
+of HTA and pandas), the report it would write is the one it wrote: `.dstrace-report.<format>.cache`
+beside the traces holds that report and its warnings, sealed (`identity.seal`) so that a report file
+dstrace did not write for this user is never shown. This module uses the standard library and xxhash
+only, so that a hit never imports pandas.
 
-A missing, damaged or stale file is a miss, never an error; a folder that refuses the file is
-analyzed all the same. The name matches no trace pattern, and the key ignores dstrace's own caches.
+A missing, damaged, forged or stale file is a miss, never an error; a folder that refuses the file is
+analyzed all the same. The name matches no trace pattern, and the key leaves out dstrace's own caches
+and their temporary files, by their exact names: any other file counts, whatever its name holds.
 """
 from __future__ import annotations
 
@@ -17,24 +19,23 @@ import json
 import os
 
 from dstrace.analysis import identity
-from dstrace.runfolder.names import PARSE_CACHE_SUFFIX, REPORT_CACHE_PREFIX
+from dstrace.runfolder import untrusted
+from dstrace.runfolder.names import REPORT_CACHE_PREFIX, derived_from_the_run
 from dstrace.runfolder.records import write_json_atomic
 
 PREFIX = REPORT_CACHE_PREFIX
 SUFFIX = ".cache"
-
-"""The parse caches' suffix (`cache.SUFFIX`), here so that the key, which ignores them, needs no pandas."""
-
-
-def _own(name: str) -> bool:
-    return (name.startswith(PREFIX) or name.endswith(PARSE_CACHE_SUFFIX) or ".tmp" in name)
+MAX_REPORT_BYTES = 256 << 20
+"""A kept report larger than this is not one dstrace wrote."""
 
 
 def key(trace_dir: str, options: dict) -> str | None:
-    """What the report of `trace_dir` under `options` depends on, hashed; None when the folder cannot be read."""
+    """What the report of `trace_dir` under `options` depends on, hashed; None when the folder cannot be read
+    (or holds something that is not a file where a file is expected: the analysis then says what)."""
     try:
-        files = {e.name: identity.content(e.path) for e in os.scandir(trace_dir) if not _own(e.name) and e.is_file()}
-    except OSError:
+        files = {e.name: identity.content(e.path) for e in os.scandir(trace_dir)
+                 if not derived_from_the_run(e.name) and e.is_file()}
+    except (OSError, untrusted.Refused):
         return None
     payload = {"dir": os.path.abspath(trace_dir), "files": files, "options": options,
                "versions": identity.versions()}
@@ -48,18 +49,25 @@ def path(trace_dir: str, fmt: str) -> str:
 def read(trace_dir: str, fmt: str, wanted: str) -> tuple[str, list[str]] | None:
     """(report, warnings) kept under key `wanted`, or None."""
     try:
-        with open(path(trace_dir, fmt), encoding="utf-8") as f:
-            kept = json.load(f)
-        if kept["key"] != wanted or not isinstance(kept["report"], str):
+        kept = json.loads(untrusted.read_bytes(path(trace_dir, fmt), MAX_REPORT_BYTES))
+        report, warnings = kept["report"], kept["warnings"]
+        if kept["key"] != wanted or not isinstance(report, str) or not isinstance(warnings, list):
             return None
-        return kept["report"], [str(w) for w in kept["warnings"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        if not identity.sealed(_body(wanted, report, warnings), bytes.fromhex(kept["seal"])):
+            return None
+        return report, [str(w) for w in warnings]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
+
+
+def _body(wanted: str, report: str, warnings: list) -> bytes:
+    return json.dumps([wanted, report, warnings]).encode()
 
 
 def write(trace_dir: str, fmt: str, wanted: str, report: str, warnings: list[str]) -> None:
     """Keep the report, atomically; a folder that refuses it only costs the next analysis its speed."""
     try:
-        write_json_atomic(path(trace_dir, fmt), {"key": wanted, "report": report, "warnings": warnings})
+        write_json_atomic(path(trace_dir, fmt), {"key": wanted, "report": report, "warnings": warnings,
+                                                 "seal": identity.seal(_body(wanted, report, warnings)).hex()})
     except OSError:
         pass

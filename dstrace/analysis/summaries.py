@@ -1,29 +1,151 @@
-"""Read a run from its per-rank summaries (`rank<N>.summary.json.gz`) instead of its traces.
+"""Rank summaries (`rank<N>.summary.json.gz`): each rank's reduction, written by `dstrace record`, read
+instead of the traces.
 
-Each rank reduced its own trace when recording (`dstrace.recording.summary`); here each summary becomes
-the `reduction.RankReduction` its trace would give (less HTA's breakdowns and the host time during GPU
-idle, which need the trace), so the analysis of the run is the very same code either way. Memory and
-time grow with the number of ranks and collectives, not with trace size; the full traces stay in the
-folder, and the report names the trace file of each rank a finding points at.
+A summary is the rank's `reduction.RankReduction` (what the run's analysis reads of a rank, HTA's
+breakdowns included) with who wrote it, in the form of the cache (`cache.pack`): kilobytes to
+megabytes per rank instead of tens to hundreds of MB of trace. `dstrace record` writes it once the
+command has ended, in dstrace's own environment, from the traces its ranks wrote, with the one decoder
+and reduction that `dstrace analyze` uses (`loading.decode_rank`), so `--source summaries` and
+`--source traces` give the same report. Memory and time then grow with the number of ranks and
+collectives, not with trace size; the full traces stay in the folder, and the report names the trace
+file of each rank a finding points at. A summary is untrusted input like any file of a run folder:
+read within bounds (`untrusted`), checked, and skipped with a warning when it does not hold.
 """
 from __future__ import annotations
 
+import gzip
+import json
 import os
 
-import pandas as pd
+import numpy as np
 
-from dstrace.analysis import collectives, reduction, utilization
-from dstrace.analysis.loading import read_manifests, settle_run
+from dstrace.analysis import cache, collectives, reduction
+from dstrace.runfolder import untrusted
+from dstrace.analysis.loading import MAX_WORLD_SIZE, read_manifests, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
 from dstrace.errors import UserError
-from dstrace.runfolder.names import TRACE_SUFFIXES
-from dstrace.recording.summary import COLLECTIVE_COLUMNS, SUMMARY_SUFFIX, read_summary
+from dstrace.runfolder.names import SUMMARY_SUFFIX, TRACE_SUFFIXES
 
+SUMMARY_SCHEMA = "dstrace.summary/2"
 AUTO_MIN_TRACE_BYTES = 2 << 30
 """Or when the traces add up to more than 2 GiB, whatever the number of ranks."""
+MAX_SUMMARY_BYTES = 1 << 30
+"""JSON one summary may hold: a rank's reduction is kilobytes to a few MB."""
+NUMERIC = {"collectives": ("ts", "dur", "end", "host_ts", "in_bytes", "out_bytes"),
+           "steps": ("step", "ts", "end", "ms"), "gathers": ("ts", "bytes")}
+COLUMNS = {"collectives": collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS, "gathers": reduction.GATHER_COLUMNS}
 
+
+def summary_path(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, f"rank{rank}{SUMMARY_SUFFIX}")
+
+
+def write_summary(path: str, reduced: RankReduction, rank: int, world_size: int | None, host: str | None,
+                  run_id: str | None, trace_file: str, distributed: dict | None) -> None:
+    """Write a rank's summary, gzipped, under a temporary name, then renamed."""
+    arrays, head = cache.pack(reduced)
+    payload = {"schema": SUMMARY_SCHEMA, "run_id": run_id, "rank": rank, "world_size": world_size, "host": host,
+               "trace_file": trace_file, "distributed": distributed, "reduction": head,
+               "arrays": {k: {"dtype": v.dtype.str, "values": v.tolist()} for k, v in arrays.items()}}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with gzip.open(tmp, "wt", compresslevel=6) as f:
+            json.dump(payload, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
+                        progress=lambda message: None) -> list[str]:
+    """Reduce each rank's trace (rank -> file name in `run_dir`) and write its summary beside it: what `dstrace
+    record` does once the command has ended. The reductions are those `dstrace analyze` makes (and keeps in
+    its caches, so the first analysis reads no trace). Returns one line per rank left without a summary."""
+    from dstrace.analysis.loading import Parsed, _host_of, dstrace_metadata, parse_traces
+
+    paths = {rank: os.path.join(run_dir, name) for rank, name in sorted(traces.items())}
+    parsed = parse_traces(list(paths.values()), progress, world_hint=world_size)
+    problems = []
+    for rank, path in paths.items():
+        result = parsed[path]
+        if not isinstance(result, Parsed):
+            problems.append(f"rank {rank}: no summary: {result}")
+            continue
+        meta = result.meta
+        ours = dstrace_metadata(meta) or {}
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+        try:
+            write_summary(summary_path(run_dir, rank), result.reduced, rank, world_size or None, _host_of(path, meta),
+                          ours.get("run_id"), os.path.basename(path), dist)
+        except OSError as exc:
+            problems.append(f"rank {rank}: no summary: {exc.strerror or exc}")
+    return problems
+
+
+def read_summary(path: str) -> tuple[dict, RankReduction]:
+    """A summary's identity (rank, world_size, host, run_id, trace_file, distributed) and reduction. Raises
+    ValueError saying what is wrong with the file."""
+    text = b"".join(untrusted.json_chunks(path, limit=MAX_SUMMARY_BYTES))
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"truncated or corrupt JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("corrupt JSON (nested too deeply for a summary)") from None
+    if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
+        raise ValueError(f"not a {SUMMARY_SCHEMA} summary (written by another dstrace version? "
+                         "analyze the traces with --source traces)")
+    try:
+        arrays = {k: np.array(v["values"], dtype=np.dtype(v["dtype"])) for k, v in data["arrays"].items()}
+        if any(a.dtype == object or a.ndim != 1 for a in arrays.values()):
+            raise ValueError("an array that is not a column")
+        reduced = cache.unpack(arrays, data["reduction"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
+    problem = _check(data, reduced)
+    if problem:
+        raise ValueError(f"not a summary dstrace wrote ({problem})")
+    return {k: data.get(k) for k in ("rank", "world_size", "host", "run_id", "trace_file", "distributed")}, reduced
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numbers(column) -> bool:
+    """Numbers, or numbers and gaps (a size the trace did not give)."""
+    return column.dtype.kind in "biuf" or all(v is None or v != v or _number(v) for v in column)
+
+
+def _check(data: dict, reduced: RankReduction | None) -> str | None:
+    """What is wrong with a summary's content for the analysis to read it, or None."""
+    if reduced is None:
+        return "a frame is incomplete"
+    if not (isinstance(data.get("rank"), int) and 0 <= data["rank"] < MAX_WORLD_SIZE):
+        return f"rank {str(data.get('rank'))[:40]} is not a rank"
+    if data.get("world_size") is not None and not (isinstance(data["world_size"], int)
+                                                   and 1 <= data["world_size"] <= MAX_WORLD_SIZE):
+        return f"world_size {str(data.get('world_size'))[:40]} is not a world size"
+    for key in ("host", "run_id", "trace_file"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            return f"{key} is not text"
+    for name, columns in COLUMNS.items():
+        frame = getattr(reduced, name)
+        if list(frame.columns) != list(columns):
+            return f"{name} has columns {list(frame.columns)}"
+        if not all(_numbers(frame[c]) for c in NUMERIC[name]):
+            return f"{name} holds times or sizes that are not numbers"
+    u = reduced.utilization
+    if not (isinstance(reduced.has_gpu, bool) and isinstance(u, dict)
+            and all(_number(u.get(k)) for k in ("span_us", "idle_us", "exposed_comm_us"))
+            and isinstance(u.get("busy_us"), dict) and all(_number(v) for v in u["busy_us"].values())
+            and isinstance(u.get("devices", {}), dict)
+            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))):
+        return "its utilization, host time or HTA results are not what the analysis reads"
+    return None
 
 
 def _names(trace_dir: str) -> list[str]:
@@ -63,39 +185,17 @@ def load_summaries(trace_dir: str) -> LoadedRun:
             continue
         path = os.path.join(trace_dir, name)
         try:
-            s = read_summary(path)
-            found[int(s["rank"])] = s, summary_reduction(s)
-        except (OSError, ValueError, TypeError, KeyError, EOFError, AttributeError) as exc:
-            skipped.append({"path": path, "reason": str(exc)})
-            warnings.append(f"skipped {name}: {exc}")
+            who, reduced = read_summary(path)
+            found[who["rank"]] = (who, reduced)
+        except (OSError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, ValueError) else f"unreadable ({exc.strerror or exc})"
+            skipped.append({"path": path, "reason": reason})
+            warnings.append(f"skipped {name}: {reason}")
     manifests, run = read_manifests(trace_dir, warnings, skipped)
     if not found:
         raise UserError(f"no usable rank summary in {trace_dir}")
-    ranks = {rank: RankTrace(rank=rank, path=os.path.join(trace_dir, s.get("trace_file") or ""),
-                             reduced=reduced, world_size=s.get("world_size"), host=s.get("host"),
-                             run_id=s.get("run_id"), distributed=s.get("distributed"))
-             for rank, (s, reduced) in sorted(found.items())}
+    ranks = {rank: RankTrace(rank=rank, path=os.path.join(trace_dir, who.get("trace_file") or ""), reduced=reduced,
+                             world_size=who.get("world_size"), host=who.get("host"), run_id=who.get("run_id"),
+                             distributed=who["distributed"] if isinstance(who.get("distributed"), dict) else None)
+             for rank, (who, reduced) in sorted(found.items())}
     return settle_run(trace_dir, ranks, manifests, run, warnings, skipped, source="summaries")
-
-
-def summary_reduction(s: dict) -> RankReduction:
-    """A rank's summary as the reduction its trace would give, less what needs the trace (HTA, host time).
-    Steps carry their gathered bytes, so each becomes one gather range at the step's start."""
-    block = s.get("collectives") or {}
-    df = pd.DataFrame(block.get("rows") or [], columns=block.get("columns") or list(COLLECTIVE_COLUMNS))
-    groups = s.get("groups") or {}
-    ts, dur = df["ts"].astype(float), df["dur"].astype(float)
-    coll = pd.DataFrame({
-        "kind": df["kind"], "name": df["kind"], "ts": ts, "dur": dur, "end": ts + dur,
-        "host_ts": df["host_ts"].astype(float), "in_bytes": df["in_bytes"], "out_bytes": df["out_bytes"],
-        "group_size": df["group_size"], "pg_name": df["group"], "pg_ranks": [groups.get(g) for g in df["group"]],
-        "source": df["source"], "p2p_role": df.get("p2p_role"), "p2p_peer": df.get("p2p_peer")},
-        columns=collectives.RANK_COLUMNS)
-    steps = s.get("steps") or []
-    step_frame = pd.DataFrame([("dstrace/step ranges", st["step"], st["ts"], st["end"], st["ms"]) for st in steps],
-                              columns=reduction.STEP_COLUMNS)
-    gathers = pd.DataFrame([(st["ts"], st["gathered_bytes"]) for st in steps if st.get("gathered_bytes") is not None],
-                           columns=reduction.GATHER_COLUMNS)
-    return RankReduction(has_gpu=s.get("device") == "gpu", collectives=coll, steps=step_frame, gathers=gathers,
-                         utilization=s.get("utilization") or utilization.idle_rank(),
-                         accelerator_events=s.get("accelerator_events") or {})

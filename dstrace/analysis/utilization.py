@@ -19,14 +19,15 @@ HTA_KIND = {"COMPUTATION": "compute", "COMMUNICATION": "communication", "MEMORY"
 def gpu_kernels(events: pd.DataFrame) -> pd.DataFrame:
     from hta.utils.utils import get_kernel_type
 
-    k = events[events["is_gpu"]].copy()
+    k = events.loc[events["is_gpu"], ["name", "ts", "end", "device"]].copy()
     k["kind"] = k["name"].map(lambda n: HTA_KIND[get_kernel_type(n)])
     return k
 
 
 def cpu_work(events: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     """CPU-only traces: collectives as 'communication', outermost other CPU ops as 'compute'."""
-    ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.match(CPU_NON_COMPUTE.pattern)]
+    ops = events.loc[(events["cat"] == "cpu_op") & ~events["name"].str.match(CPU_NON_COMPUTE.pattern),
+                     ["pid", "tid", "ts", "dur", "end"]]
     compute = intervals.top_level(ops)[["ts", "end"]].assign(kind="compute")
     comm = coll[["ts", "end"]].assign(kind="communication")
     return pd.concat([compute, comm], ignore_index=True)

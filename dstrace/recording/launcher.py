@@ -230,6 +230,7 @@ def record(opts: RecordOptions) -> int:
     code = _run_child([executable] + opts.command[1:], child_environment(run_dir, run.run_id, opts, role))
     try:
         summarize(run_dir, run, code, role.node if role else None)
+        run.notes.extend(reduce_traces(run_dir, run))
         write_json_atomic(run_file, _record_json(run, role))
     except Exception as e:  # noqa: BLE001 - the command's exit code comes through whatever befalls the record
         warn(f"could not write the run record {run_file}: {type(e).__name__}: {e}; the ranks' own files "
@@ -335,6 +336,22 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
     run.notes = [f"{ranks_text(ranks)}: no trace: {reason}" for reason, ranks in by_reason.items()]
     complete = not run.problems and all(r.status == "complete" for r in run.ranks)
     run.status = "complete" if complete else "incomplete"
+
+
+def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
+    """Each recorded rank's trace reduced, here in dstrace's own environment (the job's has only its torch),
+    to `rank<N>.summary.json.gz`, with the decoder and reduction `dstrace analyze` uses; `analyze` then
+    finds every reduction in its cache. Returns a line for each rank left without a summary."""
+    traces = {r.rank: r.traces[-1] for r in run.ranks if r.traces}
+    if not traces:
+        return []
+    from dstrace.analysis.summaries import write_run_summaries
+
+    say(f"reducing {len(traces)} trace(s) for analysis")
+    try:
+        return write_run_summaries(run_dir, traces, run.world_size or 0)
+    except Exception as exc:  # the recording is done and whole: a failed reduction only costs analyze its speed
+        return [f"no rank summaries ({type(exc).__name__}: {exc}); dstrace analyze reads the traces"]
 
 
 def _unrecorded(run_dir: str) -> list[str]:

@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 
-from . import ranges, summary
+from . import ranges
 from ..runfolder.names import manifest_path, safe_name
 from ..runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, to_json, write_json_atomic
 from .window import ProfilerWindow, WindowOptions
@@ -108,14 +108,9 @@ class RankSession:
                 "window": to_json(self.window.options)}
 
     def export_window(self) -> None:
-        def summarize(raw: str, name: str) -> None:
-            with self.guard("trace summary"):  # a failed summary never costs the trace
-                m = self.manifest
-                summary.write_summary(self.run_dir, name, m.rank, m.world_size, m.host, m.run_id, source=raw)
-
         try:
             self._refresh_identity()
-            self.window.export(self.run_dir, self.worker, summarize)
+            self.window.export(self.run_dir, self.worker)
         except Exception as e:  # noqa: BLE001 - recording must never break the job; the loss is recorded
             self.note_failure("trace export", e)
             self.manifest.lost.append(f"trace: {type(e).__name__}: {e}")

@@ -88,12 +88,12 @@ class ProfilerWindow:
             self._prof.stop()
             self._done = True
 
-    def export(self, run_dir: str, worker: str, then: Callable[[str, str], None] | None = None) -> str | None:
+    def export(self, run_dir: str, worker: str) -> str | None:
         """Write the trace as `<worker>.<ms>.pt.trace.json.gz`, the name HTA and TensorBoard look for.
 
         The gzip is written under a temporary name and renamed, so a crash never leaves a file that
-        looks like a whole trace. `then(raw JSON path, trace name)` runs once the trace is in place, while
-        the uncompressed JSON still exists: the rank's summary reads that rather than unzipping the trace.
+        looks like a whole trace. The rank's summary is made from it by `dstrace record`, once the
+        command has ended, in dstrace's own environment.
         """
         if self._prof is None:
             return None
@@ -111,8 +111,6 @@ class ProfilerWindow:
                     gzip.GzipFile(fileobj=packed, mode="wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             self.record.trace_file = name
-            if then is not None:
-                then(raw, name)
         finally:
             if os.path.exists(raw):
                 os.remove(raw)

@@ -34,6 +34,10 @@ WRITTEN_SUFFIXES = TRACE_SUFFIXES + (MANIFEST_SUFFIX, SUMMARY_SUFFIX, PARSE_CACH
 WRITTEN_PREFIXES = (UNRECORDED_PREFIX, REPORT_CACHE_PREFIX)
 WRITTEN_NAMES = (RUN_FILE, DEEPSPEED_ENV_FILE, REPORT_NAME)
 
+# What analyze and view derive from a run (kept reports, reductions, the report and merged trace they
+# write), and the temporary names `files.atomic_file` writes any file under: none of it is the run itself.
+_DERIVED = re.compile(r"^(?:" + re.escape(REPORT_CACHE_PREFIX) + r"[a-z]+\.cache|\..+" + re.escape(PARSE_CACHE_SUFFIX)
+                      + "|" + re.escape(REPORT_NAME) + "|" + re.escape(MERGED_NAME) + r"|\..+\.tmp)$")
 _DSTRACE_RANK = re.compile(r"_rank(\d+)\.")
 _ANY_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
@@ -55,6 +59,12 @@ def rank_in_name(name: str) -> int | None:
         return int(ours[-1])
     other = _ANY_RANK.search(name)
     return int(other.group(1)) if other else None
+
+
+def derived_from_the_run(name: str) -> bool:
+    """Whether a file of a run folder is what analysis made of the run, or a write in progress: a report
+    kept for the run depends on everything else in the folder, and on none of these."""
+    return bool(_DERIVED.match(name))
 
 
 def safe_name(text: str) -> str:

@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .files import read_bytes_bounded, write_text_atomic
+from .files import write_text_atomic
+from .untrusted import read_bytes
 
 MANIFEST_SCHEMA = "dstrace.manifest/1"
 RUN_SCHEMA = "dstrace.run/1"
@@ -172,7 +173,7 @@ def to_json(obj: Any) -> Any:
 
 def read_json_object(path: str) -> dict:
     """A small JSON object from a run folder; ValueError for anything else (too large, not an object)."""
-    data = json.loads(read_bytes_bounded(path, MAX_RECORD_BYTES))
+    data = json.loads(read_bytes(path, MAX_RECORD_BYTES))
     if not isinstance(data, dict):
         raise ValueError(f"{path} holds {type(data).__name__}, not a JSON object")
     return data

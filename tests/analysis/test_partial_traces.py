@@ -13,8 +13,7 @@ from helpers import analyze_dir, quiet
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
-from dstrace.analysis.summaries import load_summaries
-from dstrace.recording.summary import write_summary
+from dstrace.analysis.summaries import load_summaries, write_run_summaries
 
 SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
 
@@ -219,10 +218,9 @@ def test_xpu_kernels_are_device_activity_launched_by_xpu_runtime(tmp_path):
 
 
 def with_summaries(folder):
-    """Each trace's rank summary, as `dstrace record` writes it inside the job."""
-    for path in sorted(folder.glob("*.pt.trace.json.gz")):
-        rank = int(path.name.split("_rank")[1].split(".")[0])
-        write_summary(str(folder), path.name, rank, 3, "hostA", "run-1")
+    """Each trace's rank summary, as `dstrace record` writes it after the job."""
+    traces = {int(p.name.split("_rank")[1].split(".")[0]): p.name for p in sorted(folder.glob("*.pt.trace.json.gz"))}
+    assert write_run_summaries(str(folder), traces, 3) == []
 
 
 def test_summaries_match_p2p_and_see_the_accelerator_as_the_traces_do(tmp_path):

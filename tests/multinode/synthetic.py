@@ -6,14 +6,15 @@ off by a known amount; one rank arrives late to every world collective.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import random
 
+import pandas as pd
+
+from dstrace.analysis import collectives, reduction
+from dstrace.analysis.summaries import summary_path, write_summary
 from dstrace.runfolder.names import manifest_path
 from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, to_json, write_json_atomic
-from dstrace.recording.summary import COLLECTIVE_COLUMNS, SUMMARY_SCHEMA, summary_path
 
 RANKS_PER_HOST = 8
 STEP_US = 50_000.0
@@ -51,7 +52,7 @@ def write_run(out_dir: str, world: int = 256, steps: int = 3, layers: int = 40, 
         host = rank // RANKS_PER_HOST
         off = host_offset_us(host)
         offsets[rank] = off
-        rows, seq = [], {}
+        rows = []
         for step, group, kind, starts, end in timeline:
             if rank not in starts:
                 continue
@@ -59,27 +60,19 @@ def write_run(out_dir: str, world: int = 256, steps: int = 3, layers: int = 40, 
             e = end + off + rng.uniform(-2, 2)
             n = len(groups[group])
             size = 4 << 20 if kind == "AllGather" else 1 << 16
-            key = (group, kind)
-            rows.append([kind, group, seq.get(key, 0), ts, e - ts, ts - 5.0, size // n if kind == "AllGather" else size,
-                         size, size, n, "nccl kernel", None, None])
-            seq[key] = seq.get(key, 0) + 1
-        step_rows = [{"step": s, "ts": s * STEP_US + off - 100.0, "end": (s + 1) * STEP_US + off - 200.0,
-                      "ms": STEP_US / 1e3, "gathered_bytes": layers * (4 << 20)} for s in range(2, 2 + steps)]
-        summary = {
-            "schema": SUMMARY_SCHEMA, "run_id": run_id, "rank": rank, "world_size": world,
-            "host": f"node{host:03d}", "trace_file": f"node{host:03d}_rank{rank}.1.pt.trace.json.gz",
-            "device": "gpu", "distributed": None,
-            "groups": {g: ranks for g, ranks in groups.items() if rank in ranks},
-            "collectives": {"columns": list(COLLECTIVE_COLUMNS), "rows": rows},
-            "steps": step_rows,
-            "ranges": {"step": {"count": steps, "total_us": steps * STEP_US}},
-            "utilization": {"span_us": steps * STEP_US, "idle_us": 0.2 * steps * STEP_US,
-                            "busy_us": {"compute": 0.5 * steps * STEP_US, "communication": 0.3 * steps * STEP_US,
-                                        "memory": 0.0},
-                            "exposed_comm_us": 0.25 * steps * STEP_US},
-        }
-        with gzip.open(summary_path(out_dir, rank), "wt") as f:
-            json.dump(summary, f, separators=(",", ":"))
+            rows.append([kind, kind, ts, e - ts, e, ts - 5.0, size // n if kind == "AllGather" else size, size,
+                         float(n), group, str(groups[group]), "nccl kernel", None, None])
+        steps_frame = pd.DataFrame([("dstrace/step ranges", s, s * STEP_US + off - 100.0, (s + 1) * STEP_US + off - 200.0,
+                                     STEP_US / 1e3) for s in range(2, 2 + steps)], columns=reduction.STEP_COLUMNS)
+        reduced = reduction.RankReduction(
+            has_gpu=True, collectives=pd.DataFrame(rows, columns=collectives.RANK_COLUMNS), steps=steps_frame,
+            gathers=pd.DataFrame({"ts": steps_frame["ts"], "bytes": layers * (4 << 20)}, columns=reduction.GATHER_COLUMNS),
+            utilization={"span_us": steps * STEP_US, "idle_us": 0.2 * steps * STEP_US,
+                         "busy_us": {"compute": 0.5 * steps * STEP_US, "communication": 0.3 * steps * STEP_US,
+                                     "memory": 0.0},
+                         "exposed_comm_us": 0.25 * steps * STEP_US})
+        write_summary(summary_path(out_dir, rank), reduced, rank, world, f"node{host:03d}", run_id,
+                      f"node{host:03d}_rank{rank}.1.pt.trace.json.gz", None)
         manifest = Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, status="complete", rank=rank,
                             local_rank=rank % RANKS_PER_HOST, world_size=world, host=f"node{host:03d}", pid=1000 + rank,
                             started=0.0, ended=1.0)

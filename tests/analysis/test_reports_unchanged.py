@@ -1,0 +1,52 @@
+"""The `dstrace.analysis/1` JSON of every committed reference run is what the code before the typed decoder
+(issue #18) wrote: `reports/` holds those reports, made by that code from a fresh parse. The repository's
+path is the only thing that differs from one checkout to another, so it is written as `<repo>`.
+
+    python tests/analysis/test_reports_unchanged.py   # rewrite reports/ with the code of this checkout
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+REPORTS = os.path.join(HERE, "reports")
+
+
+def reference_runs() -> list[str]:
+    """Every committed run folder (one with a run.json), relative to the repository."""
+    found = glob.glob(os.path.join(ROOT, "traces", "h200-*", "**", "run.json"), recursive=True)
+    return sorted(os.path.relpath(os.path.dirname(p), ROOT) for p in found)
+
+
+def stored_name(run: str) -> str:
+    return run.replace(os.sep, "__") + ".json"
+
+
+def report(run: str) -> str:
+    """The JSON report of a run folder, parsed afresh (no cache of another code version can answer)."""
+    from dstrace.analysis.loading import load_run
+    from dstrace.analysis.pipeline import analyze
+    from dstrace.analysis.render import render
+
+    analysis = analyze(load_run(os.path.join(ROOT, run), progress=lambda m: None, workers=1))
+    return render(analysis, "json").replace(ROOT, "<repo>")
+
+
+@pytest.mark.parametrize("run", reference_runs())
+def test_report_is_unchanged(run):
+    with open(os.path.join(REPORTS, stored_name(run)), encoding="utf-8") as f:
+        assert report(run) == f.read()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    os.makedirs(REPORTS, exist_ok=True)
+    for run in reference_runs():
+        with open(os.path.join(REPORTS, stored_name(run)), "w", encoding="utf-8") as f:
+            f.write(report(run))
+        print(run)
