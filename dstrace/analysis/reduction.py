@@ -39,7 +39,7 @@ def accelerator_events(events: pd.DataFrame) -> dict[str, int]:
     """Events of each category an accelerator dstrace does not read writes (MTIA, HPU, MLU): the sign that
     the trace is not CPU-only even without a kernel."""
     counts = events.loc[events["cat"].isin(ACCELERATOR_CATEGORIES), "cat"].value_counts()
-    return {str(c): int(n) for c, n in sorted(counts.items())}
+    return {str(c): int(n) for c, n in sorted(counts.items()) if n}  # a categorical counts its absent values too
 
 
 def step_ranges(events: pd.DataFrame) -> pd.DataFrame:

@@ -1,5 +1,6 @@
 """The `dstrace.analysis/1` JSON of every committed reference run is what the code before the typed decoder
-(issue #18) wrote: `reports/` holds those reports, made by that code from a fresh parse. The repository's
+(issue #18) wrote: `reports/` holds those reports, made by that code (commit c862626, the analysis of issues
+#15 and #17 included) from a fresh parse. The repository's
 path is the only thing that differs from one checkout to another, so it is written as `<repo>`.
 
     python tests/analysis/test_reports_unchanged.py   # rewrite reports/ with the code of this checkout
