@@ -100,3 +100,36 @@ def test_a_huge_manifest_is_refused_without_reading_it_all(copy_of, tmp_path):
     r = dstrace("analyze", run_dir, timeout=300)
     assert_one_line_answer(r, "analyze")
     assert "rank1.manifest.json" in r.stderr and "larger than" in r.stderr
+
+
+def _first_slice(events):
+    return next(i for i, e in enumerate(events) if isinstance(e, dict) and e.get("ph") == "X")
+
+
+TRACE_CASES = {
+    "name-as-object": lambda d: d["traceEvents"][_first_slice(d["traceEvents"])].__setitem__("name", {"a": 1}),
+    "ts-as-list": lambda d: d["traceEvents"][_first_slice(d["traceEvents"])].__setitem__("ts", [1, 2]),
+    "event-as-text": lambda d: d["traceEvents"].__setitem__(_first_slice(d["traceEvents"]), "hello"),
+    "events-as-object": lambda d: d.__setitem__("traceEvents", {"a": 1}),
+    "args-as-list": lambda d: d["traceEvents"][_first_slice(d["traceEvents"])].__setitem__("args", [1, 2]),
+    "rank-as-text": lambda d: d.__setitem__("distributedInfo", {"rank": "0", "world_size": [2]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRACE_CASES))
+def test_a_type_confused_trace_is_one_line_for_every_verb(copy_of, tmp_path, case):
+    import glob
+    import gzip
+
+    run_dir = copy_of()
+    for name in os.listdir(run_dir):
+        if name.endswith(".summary.json.gz"):
+            os.remove(os.path.join(run_dir, name))  # the trace itself is read, not its reduction
+    (path,) = glob.glob(os.path.join(run_dir, "*.pt.trace.json.gz"))
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    TRACE_CASES[case](data)
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    for verb, args in VERBS.items():
+        assert_one_line_answer(dstrace(*args(run_dir, tmp_path), timeout=300), verb)
