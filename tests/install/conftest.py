@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -36,7 +37,12 @@ def packages(python: str) -> dict[str, str]:
 def wheel(tmp_path_factory) -> str:
     """dstrace built the way pip builds it for a user (an isolated build of this checkout)."""
     out = tmp_path_factory.mktemp("wheel")
-    r = pip(sys.executable, "wheel", "--no-deps", "-q", "-w", str(out), ROOT)
+    source = out / "source"  # a copy: building in the checkout would leave build/ and *.egg-info there
+    shutil.copytree(os.path.join(ROOT, "dstrace"), source / "dstrace",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
+    r = pip(sys.executable, "wheel", "--no-deps", "-q", "-w", str(out), str(source))
     assert r.returncode == 0, r.stderr[-3000:]
     (path,) = glob.glob(str(out / "dstrace-*.whl"))
     return path
