@@ -23,6 +23,15 @@ accelerator): a trace holding them is not CPU-only, and its host times are not t
 P2P_KINDS = frozenset({"SendRecv", "Send", "Recv"})
 """Point-to-point kinds: matched across ranks by (sender, receiver) and order, never as a group collective."""
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+CUSTOM_COLLECTIVE_KERNELS = (
+    (re.compile(r"\bcross_device_reduce_(?:1stage|2stage|half_butterfly)\b"), "AllReduce"),
+    (re.compile(r"\b(?:oneShot|twoShot)AllReduceKernel\b"), "AllReduce"),
+)
+"""Collective kernels of serving engines, outside NCCL, read in their source (never seen in a trace here):
+vLLM's custom all-reduce (csrc/custom_all_reduce.cuh: `cross_device_reduce_1stage`, `_2stage`,
+`_half_butterfly`, demangled as `void vllm::cross_device_reduce_1stage<c10::BFloat16, 2>(...)`), the same
+kernels in SGLang's sgl-kernel (csrc/allreduce/custom_all_reduce.cuh), and TensorRT-LLM's one-/two-shot
+all-reduce that SGLang's trt_reduce builds (customAllReduceKernels.cu). They carry no message sizes."""
 GLOO_OP = re.compile(r"^gloo:(\w+)")
 C10D_OP = re.compile(r"^c10d::(\w+)")
 # CPU ops that are communication or bookkeeping, not compute, in a CPU-only trace.
@@ -58,6 +67,13 @@ def dtype_bytes(dtype) -> int | None:
         return None
     key = re.sub(r"[^a-z0-9]", "", dtype.lower().replace("c10::", "").replace("torch.", ""))
     return DTYPE_BYTES.get(key)
+
+
+def collective_kernel_kind(name: str) -> str | None:
+    """Kind of a device kernel that is a collective (NCCL's, or a serving engine's custom all-reduce), else None."""
+    if name.startswith("nccl"):
+        return kind_of(name)
+    return next((kind for pattern, kind in CUSTOM_COLLECTIVE_KERNELS if pattern.search(name)), None)
 
 
 def kind_of(name: str) -> str | None:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from dstrace.analysis.model import CollectiveStats, LoadedRun
 from dstrace.trace_names import (
-    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, dtype_bytes, kind_of, numel, p2p_side, parse_ranks,
+    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, collective_kernel_kind, dtype_bytes, kind_of, numel, p2p_side, parse_ranks,
 )
 
 
@@ -51,16 +51,19 @@ def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
-    kernels = _text_names(events[events["is_gpu"] & events["name"].str.startswith("nccl")])
+    gpu = events[events["is_gpu"]]
+    kinds = {str(n): collective_kernel_kind(str(n)) for n in gpu["name"].unique()}
+    kernels = _text_names(gpu[gpu["name"].astype(str).map(kinds).notna()])
     if kernels.empty:
         return kernels
-    kernels["kind"] = [kind_of(n) or kind_of(str(c or "")) for n, c in zip(kernels["name"], kernels["coll_name"])]
+    kernels["kind"] = [kinds[n] or kind_of(str(c or ""))
+                       for n, c in zip(kernels["name"], kernels["coll_name"])]
     kernels = kernels[kernels["kind"].notna()]
     size = kernels["dtype"].map(dtype_bytes)
     kernels["in_bytes"] = pd.to_numeric(kernels["in_nelems"], errors="coerce") * size
     kernels["out_bytes"] = pd.to_numeric(kernels["out_nelems"], errors="coerce") * size
     kernels["host_ts"] = _launch_ts(events, kernels)
-    kernels["source"] = "nccl kernel"
+    kernels["source"] = kernels["name"].map(lambda n: "nccl kernel" if n.startswith("nccl") else "custom kernel")
     return kernels
 
 

@@ -43,6 +43,14 @@ tower of NVLM/InternVL-style models) and ZeRO-3 keeps small parameters persisten
 re-gathers the whole language model shows well under 100% (73% in the tiny CPU stand-in, ~88% for a
 Llama-8B on H200). Above half the model moved every step, step time scales with model size, not tokens."""
 
+DDP_EXPOSED_FRACTION = 0.10
+"""DDP launches each gradient bucket's all-reduce as soon as backward has produced it, so all but the last
+bucket should hide behind the rest of backward; over ~10% of the iteration spent in all-reduce that no
+compute overlaps, the overlap is not working (one bucket, a slow or late rank, or a link too slow)."""
+
+DDP_TRIGGERS = ("DistributedDataParallel.forward",)
+"""Iteration triggers whose presence in a rank's manifest says its model is wrapped in torch DDP."""
+
 TP_ERROR = re.compile(r"tensor_parallel|tp_size|autotp|TPTraining", re.IGNORECASE)
 """DeepSpeed's refusals name the key (`tensor_parallel.tp_size`), or only the nested model and field
 (`1 validation error for TPTrainingConfig / tp_size`, seen with 0.19.8)."""
@@ -90,6 +98,8 @@ DOCS = {
     "host-bound": "docs/analysis-schema.md#findings",
     "step-time-shift": "docs/analysis-schema.md#step-time-shift",
     "window-not-representative": "docs/analysis-schema.md#step-time-shift",
+    "ddp-allreduce-exposed": "docs/workloads.md#torch-ddp-training",
+    "fsdp-gathers-model-per-step": "docs/workloads.md#fsdp2-training",
 }
 """Where each finding is explained at length (paths in the dstrace repository)."""
 
@@ -348,6 +358,51 @@ def zero3_gathers_model(steps: StepSummary | None, ranks: list[int],
         "allgather_per_traced_step_us": link}, cause, remedy)
 
 
+def _fsdp_run(run: LoadedRun) -> bool:
+    """Weights FSDP shards (DTensors over FSDP's mesh dimension) and none ZeRO-3 partitions."""
+    invs = [m.inventory for m in run.manifests.values() if m.inventory is not None]
+    return any(i.fsdp_sharded for i in invs) and not any(i.zero3_partitioned for i in invs)
+
+
+def fsdp_gathers_model(run: LoadedRun, steps: StepSummary | None,
+                       summaries: dict[int, RankSummary]) -> Finding | None:
+    """FSDP's form of ZeRO-3's cost: every sharded unit all-gathered before its forward and again for backward."""
+    if steps is None or not steps.model_bytes or not steps.gathered_bytes_median:
+        return None
+    ratio = steps.gathered_bytes_median / steps.model_bytes
+    if ratio < ZERO3_MODEL_FRACTION:
+        return None
+    concerned = [r for r, e in steps.per_rank.items()
+                 if e.get("gathered_bytes_median", 0) >= ZERO3_MODEL_FRACTION * steps.model_bytes] or run.ranks
+    count = {str(r): s.collectives["AllGather"].count / steps.per_rank[r]["count"] for r, s in summaries.items()
+             if "AllGather" in s.collectives and steps.per_rank.get(r, {}).get("count")}
+    per_step = statistics.median(count.values()) if count else None
+    sharded = max(m.inventory.fsdp_sharded for m in run.manifests.values() if m.inventory is not None)
+    step_ms = steps.ms_per_step if steps.ms_per_step is not None else steps.ms_median
+    summary = (f"each step all-gathers {_gb(steps.gathered_bytes_median)} per rank, {ratio:.0%} of the model's "
+               f"{_gb(steps.model_bytes)}" + (f", in {per_step:.0f} all-gathers" if per_step else "")
+               + f": FSDP gathers every sharded unit's weights for its forward and again for its backward "
+               f"({step_ms:.1f} ms per step)")
+    cause = (f"FSDP shards {sharded} weights over the data-parallel ranks (ZeRO-3's partitioning): each "
+             "`fully_shard` unit all-gathers its weights before its forward, frees them after "
+             "(reshard_after_forward=True) and all-gathers them again before its backward, then reduce-scatters "
+             f"its gradients; {ratio:.1f}x the model moves to every rank per step")
+    link = _gather_per_step(summaries, steps)
+    if link:
+        cause += (f"; the all-gathers took {_ms(link['transfer_us'])} of transfer and {_ms(link['wait_us'])} of "
+                  "waiting for peers per step (median over ranks)")
+    remedy = ("if the model and its optimizer state fit on one device, DDP moves only gradients (one all-reduce "
+              "per bucket); otherwise keep the gathered weights of the last units for backward "
+              "(`reshard_after_forward=False` on them), shard over a smaller group (HSDP: a 2-D mesh) or raise the "
+              "batch per step so each gather serves more samples; check that FSDP2's prefetching overlaps the "
+              "gathers with compute")
+    return _finding("fsdp-gathers-model-per-step", sorted(concerned), summary, {
+        "gathered_bytes_median": steps.gathered_bytes_median, "gathered_source": steps.gathered_source,
+        "model_bytes": steps.model_bytes, "ratio": ratio, "threshold_ratio": ZERO3_MODEL_FRACTION,
+        "allgathers_per_step": count, "fsdp_sharded_weights": sharded, "ms_per_step_median": step_ms,
+        "allgather_per_traced_step_us": link}, cause, remedy)
+
+
 def _as_int(value) -> int | None:
     try:
         return int(value)
@@ -528,9 +583,54 @@ def window_not_representative(run: LoadedRun, steps: StepSummary | None) -> Find
                      "profiled_step_ms": {str(r): v for r, v in profiled.items()}}, cause, remedy)
 
 
+def ddp_allreduce_exposed(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> Finding | None:
+    """DDP training: the gradient all-reduce buckets per iteration and how much of them backward hides."""
+    ddp = [r for r, m in run.manifests.items() if m.window and any(t in m.window.iterations for t in DDP_TRIGGERS)]
+    per_rank = steps.per_rank if steps is not None and not steps.decode else {}
+    hit, evidence = [], {}
+    for r in sorted(ddp):
+        s = ranks.get(r)
+        allreduce = s.collectives.get("AllReduce") if s else None
+        iterations = int(per_rank.get(r, {}).get("count", 0))
+        if not allreduce or not iterations or s.span_us <= 0:
+            continue
+        exposed = min(s.exposed_comm_us, allreduce.kernel_us)
+        evidence[str(r)] = {
+            "iterations": iterations, "buckets_per_iteration": allreduce.count / iterations,
+            "allreduce_bytes_per_iteration": allreduce.bytes / iterations,
+            "allreduce_us_per_iteration": allreduce.kernel_us / iterations,
+            "exposed_us_per_iteration": exposed / iterations, "wait_us_per_iteration": s.wait_us / iterations,
+            "overlapped_fraction": 1 - exposed / allreduce.kernel_us if allreduce.kernel_us else None,
+            "exposed_fraction": exposed / s.span_us}
+        if exposed / s.span_us >= DDP_EXPOSED_FRACTION:
+            hit.append(r)
+    if not hit:
+        return None
+    worst = max(hit, key=lambda r: evidence[str(r)]["exposed_fraction"])
+    e = evidence[str(worst)]
+    waits = e["wait_us_per_iteration"] / e["exposed_us_per_iteration"] if e["exposed_us_per_iteration"] else 0
+    summary = (f"DDP gradient all-reduce not hidden behind backward: {_ms(e['exposed_us_per_iteration'])} per "
+               f"iteration exposed on rank {worst} ({e['exposed_fraction'] * 100:.0f}% of the profiled iterations), "
+               f"{e['buckets_per_iteration']:.0f} bucket(s) of {_gb(e['allreduce_bytes_per_iteration'])} per iteration, "
+               f"{(e['overlapped_fraction'] or 0) * 100:.0f}% of the all-reduce time overlapped by compute")
+    cause = ("the all-reduce of the last bucket(s) runs after backward has finished, and the optimizer step waits "
+             f"for it; {waits * 100:.0f}% of the exposed time is waiting for a later peer (see peer-wait)"
+             if waits >= 0.5 else
+             "the all-reduce of the last bucket(s) runs after backward has finished, and the optimizer step waits "
+             "for it: transfer that no compute hides")
+    remedy = ("smaller `bucket_cap_mb` so that more buckets start during backward (or `gradient_as_bucket_view=True`); "
+              "equal work per rank when peers wait; gradient accumulation with `no_sync()` to all-reduce less often; "
+              "a faster backend or link (NCCL over NVLink rather than gloo)")
+    return _finding("ddp-allreduce-exposed", hit, summary,
+                    {"threshold_exposed_fraction": DDP_EXPOSED_FRACTION, "ranks": evidence}, cause, remedy)
+
+
 def all_findings(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> list[Finding]:
     candidates = [
-        tp_config_rejected(run), tp_not_applied(run), zero3_gathers_model(steps, run.ranks, ranks, run.world_size),
+        ddp_allreduce_exposed(run, ranks, steps),
+        tp_config_rejected(run), tp_not_applied(run),
+        fsdp_gathers_model(run, steps, ranks) if _fsdp_run(run) else zero3_gathers_model(steps, run.ranks, ranks,
+                                                                                          run.world_size),
         communication_bound(ranks, run.device), peer_wait(ranks, run.device), host_bound(ranks, run.device),
         step_time_shift(run), window_not_representative(run, steps),
     ]

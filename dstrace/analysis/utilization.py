@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dstrace.analysis import intervals
-from dstrace.trace_names import CPU_NON_COMPUTE
+from dstrace.trace_names import CPU_NON_COMPUTE, collective_kernel_kind
 
 BUSY_KINDS = ("compute", "communication", "memory")
 HTA_KIND = {"COMPUTATION": "compute", "COMMUNICATION": "communication", "MEMORY": "memory", "OTHER": "compute"}
@@ -20,7 +20,9 @@ def gpu_kernels(events: pd.DataFrame) -> pd.DataFrame:
     from hta.utils.utils import get_kernel_type
 
     k = events.loc[events["is_gpu"], ["name", "ts", "end", "device"]].copy()
-    k["kind"] = k["name"].map(lambda n: HTA_KIND[get_kernel_type(n)])
+    kinds = {n: "communication" if collective_kernel_kind(str(n)) else HTA_KIND[get_kernel_type(str(n))]
+             for n in k["name"].unique()}
+    k["kind"] = k["name"].map(kinds)
     return k
 
 

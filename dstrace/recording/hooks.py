@@ -1,5 +1,7 @@
 """The instrumented entry points: DeepSpeed's initialize / init_inference / zero.Init, the ZeRO-3
-parameter fetch, release and all-gather, HF generate(), any model's chat(), and each forward step.
+parameter fetch, release and all-gather, HF generate(), any model's chat(), and each forward step; for
+other workloads, the iteration triggers of the window (torch optimizer steps, DeepSpeed engine.step(), DDP
+and FSDP forwards, torch.profiler step()) and torch-native TP's parallelize_module.
 
 Each wrapper keeps the wrapped function's behaviour exactly: arguments, return value and exceptions
 pass through untouched, and dstrace's own work runs inside `session.guard`, so a failure there is
@@ -15,6 +17,7 @@ import time
 
 from . import ranges, session
 from .inventory import take_inventory
+from .window import Span
 from ..runfolder.records import DeepSpeedCall, TPRequest
 
 WRAPPED = "__dstrace_wrapped__"
@@ -104,6 +107,7 @@ def _deepspeed_api(name: str, config_of, returns_model: bool = True):
             if call is not None:
                 with s.guard(f"{name} inventory"):
                     call.wall_s = round(time.perf_counter() - t0, 6)
+                    s.spans.append(Span(name, t0, t0 + call.wall_s))
                     if returns_model:
                         model = _engine_module(result)
                         s.manifest.inventory = take_inventory(model, name)
@@ -165,8 +169,11 @@ def patch_zero_init(module) -> None:
                     r, t0 = opened.pop()
                     r.close()
                     call = self.__dict__.get("_dstrace_call")
-                    if call is not None:
-                        call.wall_s = round((call.wall_s or 0) + time.perf_counter() - t0, 6)
+                    s = session.get()
+                    if call is not None and s is not None:
+                        now = time.perf_counter()
+                        call.wall_s = round((call.wall_s or 0) + now - t0, 6)
+                        s.spans.append(Span("deepspeed.zero.Init context", t0, now))
         return __exit__
 
     _wrap(init, "__enter__", make_enter)
@@ -348,6 +355,85 @@ def patch_hf_deepspeed_config(module) -> None:
     _wrap(module.HfDeepSpeedConfig, "__init__", make)
 
 
+# ---- iteration triggers: what a window follows in a job without generate() ----------------------
+def _boundary(trigger: str, model=None) -> None:
+    s = session.get()
+    if s is not None:
+        with s.guard(f"{trigger} window"):
+            if model is not None and s.manifest.inventory is None:
+                s.manifest.inventory = take_inventory(model, trigger)
+            s.iteration(trigger)
+
+
+def patch_optimizer(module) -> None:
+    """Every torch optimizer's step(), through torch's global post-hook (torch >= 2.0)."""
+    module.register_optimizer_step_post_hook(lambda optimizer, args, kwargs: _boundary("optimizer.step"))
+
+
+def _boundary_after(trigger: str):
+    def make(original):
+        def wrapper(*args, **kwargs):
+            result = original(*args, **kwargs)
+            _boundary(trigger)
+            return result
+        return wrapper
+    return make
+
+
+def _boundary_before(trigger: str, model_of, counts=lambda self: True):
+    """A boundary as the call begins; `model_of(self, args)` is the model whose inventory the rank takes if it
+    has none yet (a DDP or FSDP job calls neither deepspeed.initialize nor generate)."""
+    def make(original):
+        def wrapper(self, *args, **kwargs):
+            if counts(self):
+                _boundary(trigger, model_of(self, args))
+            return original(self, *args, **kwargs)
+        return wrapper
+    return make
+
+
+def patch_engine(module) -> None:
+    _wrap(module.DeepSpeedEngine, "step", _boundary_after("deepspeed engine.step"))
+
+
+def patch_ddp(module) -> None:
+    _wrap(module.DistributedDataParallel, "forward",
+          _boundary_before("DistributedDataParallel.forward", lambda ddp, args: ddp.module))
+
+
+def patch_fsdp2(module) -> None:
+    """FSDP2 (`fully_shard`): the root's pre-forward, once per forward of the whole model."""
+    _wrap(module.FSDPState, "_root_pre_forward", _boundary_before(
+        "FSDP forward", lambda state, args: args[0] if args else None,
+        lambda state: getattr(state._state_ctx, "iter_forward_root", None) is None))
+
+
+def patch_fsdp1(module) -> None:
+    _wrap(module.FullyShardedDataParallel, "forward",
+          _boundary_before("FSDP forward", lambda fsdp, args: fsdp.module,
+                           lambda fsdp: getattr(fsdp, "_is_root", None) is not False))
+
+
+def patch_profiler(module) -> None:
+    _wrap(module.profile, "step", _boundary_after("profiler.step"))
+
+
+def patch_tensor_parallel(module) -> None:
+    """torch-native TP: the inventory of the module `parallelize_module` returns, its weights now DTensors
+    (parallelize the whole model in one call for a whole inventory; the last call's module is the one kept)."""
+    def make(original):
+        def parallelize_module(*args, **kwargs):
+            result = original(*args, **kwargs)
+            s = session.get()
+            if s is not None:
+                with s.guard("parallelize_module inventory"):
+                    s.manifest.inventory = take_inventory(result, "parallelize_module")
+                    s.flush()
+            return result
+        return parallelize_module
+    _wrap(module, "parallelize_module", make)
+
+
 # Module name -> what to patch once it has been imported.
 PATCHES = {
     "deepspeed": patch_deepspeed,
@@ -356,4 +442,11 @@ PATCHES = {
     "transformers.generation.utils": patch_generation,
     "transformers.modeling_utils": patch_modeling,
     "transformers.integrations.deepspeed": patch_hf_deepspeed_config,
+    "deepspeed.runtime.engine": patch_engine,
+    "torch.optim.optimizer": patch_optimizer,
+    "torch.nn.parallel.distributed": patch_ddp,
+    "torch.distributed.fsdp._fully_shard._fsdp_state": patch_fsdp2,
+    "torch.distributed.fsdp.fully_sharded_data_parallel": patch_fsdp1,
+    "torch.profiler.profiler": patch_profiler,
+    "torch.distributed.tensor.parallel.api": patch_tensor_parallel,
 }

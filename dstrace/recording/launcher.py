@@ -21,11 +21,11 @@ from ..errors import UserError
 from ..runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX, WRITTEN_NAMES,
                                WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
 from ..rankset import ranks_text
-from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, read_json_object, read_manifest,
-                                 to_json, why_no_trace, write_json_atomic)
+from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, Window, read_json_object,
+                                 read_manifest, to_json, why_no_trace, write_json_atomic)
 from ..say import say, warn
 from . import multinode, session
-from .window import MODES, WindowOptions
+from .window import GENERATE_TRIGGER, MODES, TIME_TRIGGER, WindowOptions
 
 # The one folder put on the job's PYTHONPATH: it holds only a sitecustomize, which takes the folder off
 # sys.path again and loads dstrace by location (bootstrap/sitecustomize.py).
@@ -55,6 +55,11 @@ def add_arguments(parser) -> None:
                         help="first forward step profiled; step 0 is the prefill (default 2)")
     parser.add_argument("--window-steps", type=int, default=3, metavar="K",
                         help="how many forward steps to profile (default 3)")
+    parser.add_argument("--window-after", type=float, default=30.0, metavar="SECONDS",
+                        help="a job without generate(), optimizer steps, engine.step(), DDP/FSDP forwards or "
+                             "profiler steps gets a time-based window this long after each rank starts (default 30)")
+    parser.add_argument("--window-seconds", type=float, default=2.0, metavar="SECONDS",
+                        help="how long the time-based window lasts (default 2)")
     parser.add_argument("--force", action="store_true", help="record into a run folder that has files")
     parser.add_argument("--run-id", metavar="ID",
                         help="the run's id; give every node of a multi-node torchrun run the same one "
@@ -73,9 +78,12 @@ def options_from_args(args) -> RecordOptions:
                         "e.g. dstrace record torchrun --nproc_per_node 2 main.py")
     if args.window_call < 1 or args.window_start < 0 or args.window_steps < 1:
         raise UserError("the window needs --window-call >= 1, --window-start >= 0 and --window-steps >= 1")
+    if args.window_after < 0 or args.window_seconds <= 0:
+        raise UserError("the time-based window needs --window-after >= 0 and --window-seconds > 0")
     return RecordOptions(command=command, output=args.output, force=args.force, run_id=args.run_id,
                          window=WindowOptions(mode=args.mode, call=args.window_call,
-                                              start=args.window_start, steps=args.window_steps))
+                                              start=args.window_start, steps=args.window_steps,
+                                              after=args.window_after, seconds=args.window_seconds))
 
 
 def main(args) -> int:
@@ -294,6 +302,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
             traces.setdefault(rank, []).append(name)
     world = 0
     no_trace: dict[int, str] = {}
+    windows: dict[str, list[int]] = {}
     for name in sorted(os.listdir(run_dir)):
         if not name.endswith(MANIFEST_SUFFIX):
             continue
@@ -318,6 +327,8 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
         reason = why_no_trace(m) if not traces.get(m.rank) else None
         if reason:
             no_trace[m.rank] = reason
+        elif m.window and m.window.trace_file and m.window.trigger:
+            windows.setdefault(window_text(m.window), []).append(m.rank)
         world = max(world, m.world_size)
     found = {r.rank for r in run.ranks}
     run.world_size = world or None
@@ -333,7 +344,8 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
     by_reason: dict[str, list[int]] = {}
     for rank, reason in sorted(no_trace.items()):
         by_reason.setdefault(reason, []).append(rank)
-    run.notes = [f"{ranks_text(ranks)}: no trace: {reason}" for reason, ranks in by_reason.items()]
+    run.notes = [f"{ranks_text(ranks)}: window on {text}" for text, ranks in windows.items()]
+    run.notes += [f"{ranks_text(ranks)}: no trace: {reason}" for reason, ranks in by_reason.items()]
     complete = not run.problems and all(r.status == "complete" for r in run.ranks)
     run.status = "complete" if complete else "incomplete"
 
@@ -352,6 +364,15 @@ def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
         return write_run_summaries(run_dir, traces, run.world_size or 0)
     except Exception as exc:  # the recording is done and whole: a failed reduction only costs analyze its speed
         return [f"no rank summaries ({type(exc).__name__}: {exc}); dstrace analyze reads the traces"]
+
+
+def window_text(w: Window) -> str:
+    """Which trigger opened a rank's window and what it covered, as `record` prints it."""
+    if w.trigger == TIME_TRIGGER:
+        return f"time: {w.seconds:g} s from the first module call {w.after_s:g} s after the rank started"
+    if w.trigger == GENERATE_TRIGGER:
+        return f"generate steps: call {w.call}, steps {', '.join(map(str, w.recorded_steps))}"
+    return f"{w.trigger}: iterations {', '.join(map(str, w.recorded_steps))}"
 
 
 def _unrecorded(run_dir: str) -> list[str]:

@@ -19,7 +19,7 @@ from contextlib import contextmanager, suppress
 from . import ranges
 from ..runfolder.names import manifest_path, safe_name
 from ..runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, to_json, write_json_atomic
-from .window import ProfilerWindow, WindowOptions
+from .window import GENERATE_TRIGGER, ITERATION_TRIGGERS, TIME_TRIGGER, ProfilerWindow, Span, WindowOptions
 
 ENV_RUN_DIR = "DSTRACE_RUN_DIR"
 ENV_RUN_ID = "DSTRACE_RUN_ID"
@@ -62,6 +62,11 @@ class RankSession:
         self.stepped_calls: set[int] = set()  # calls whose model already carries step hooks
         self._finished = False
         self._written_path: str | None = None
+        self.spans: list[Span] = []  # DeepSpeed entry points and generation calls: shown around the window
+        self._call_span: Span | None = None
+        self._time_hook = None
+        if window.mode == "full":
+            threading.Thread(target=self._await_time_window, name="dstrace-window-timer", daemon=True).start()
 
     # ---- bookkeeping safety -------------------------------------------------------------------
     @contextmanager
@@ -110,7 +115,7 @@ class RankSession:
     def export_window(self) -> None:
         try:
             self._refresh_identity()
-            self.window.export(self.run_dir, self.worker)
+            self.window.export(self.run_dir, self.worker, list(self.spans))
         except Exception as e:  # noqa: BLE001 - recording must never break the job; the loss is recorded
             self.note_failure("trace export", e)
             self.manifest.lost.append(f"trace: {type(e).__name__}: {e}")
@@ -141,6 +146,8 @@ class RankSession:
                                             model_class=type(model).__name__)
                 self.manifest.calls.append(self._call)
                 self._step_starts = []
+                self._call_span = Span(api, time.perf_counter(), clip=True)
+                self.spans.append(self._call_span)
             return self._call
 
     def end_call(self, wall_s: float, error: BaseException | None = None) -> None:
@@ -150,13 +157,15 @@ class RankSession:
                 return
             call, self._call = self._call, None
             now = time.perf_counter()
+            self._call_span.end = now
             starts = self._step_starts + [now]
             call.step_ms = [round((b - a) * 1e3, 3) for a, b in zip(starts, starts[1:])]
             call.wall_s = round(wall_s, 6)
             if error is not None:
                 call.error = f"{type(error).__name__}: {error}"[:500]
-            self.window.stop()
-            self.export_window()  # after the call, so writing the trace is not timed inside it
+            if self.window.record.trigger == GENERATE_TRIGGER:
+                self.window.stop()
+                self.export_window()  # after the call, so writing the trace is not timed inside it
         self.flush()
 
     def step_begin(self) -> ranges.Range | None:
@@ -174,6 +183,55 @@ class RankSession:
             opened.close()
         if self._call is not None:
             self.window.after_step(self._call.index, len(self._step_starts) - 1)
+
+    # ---- iterations and time ----------------------------------------------------------------------
+    def iteration(self, trigger: str) -> None:
+        """A boundary of an iteration trigger (an optimizer step, a DDP forward...). The window follows the most
+        telling trigger seen so far (`ITERATION_TRIGGERS` order); generation calls, when the job has any, win."""
+        with self.lock:
+            if self._call is not None or self.manifest.calls:
+                return
+            seen = self.window.record.iterations
+            seen[trigger] = seen.get(trigger, 0) + 1
+            self.window.record.iterations = dict(sorted(seen.items(), key=lambda kv: ITERATION_TRIGGERS.index(kv[0])))
+            if trigger != next(iter(self.window.record.iterations)):
+                return
+            if self.window.iteration(trigger, seen[trigger] - 1):
+                self.export_window()
+                self.flush()
+
+    def _await_time_window(self) -> None:
+        """Arm the time-based window once it is due: a global module forward pre-hook, so that the profiler
+        starts and stops on the job's own thread (Kineto records only the thread that started it)."""
+        time.sleep(self.window.options.after)
+        while not self._finished and not self.window.taken:
+            torch = sys.modules.get("torch")
+            if torch is not None and hasattr(torch, "nn"):
+                with self.guard("time window"):
+                    self._time_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._time_tick)
+                return
+            time.sleep(1.0)
+
+    def _time_tick(self, module, inputs) -> None:
+        """Never inside a generation call (its steps may be the window), and gone once a trigger's own window
+        has opened or an iteration trigger was seen: every module call pays for a global hook."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        with self.guard("time window"):
+            w = self.window
+            if w.taken or (w.record.trigger is None and w.record.iterations):
+                self._drop_time_hook()
+            elif w.record.trigger is not None or self._call is None:
+                with self.lock:
+                    if not w.time_tick(time.perf_counter()):
+                        self._drop_time_hook()
+                        if w.record.trigger == TIME_TRIGGER:
+                            self.flush()
+
+    def _drop_time_hook(self) -> None:
+        hook, self._time_hook = self._time_hook, None
+        if hook is not None:  # None: the timer thread has not stored the handle yet; the next call removes it
+            hook.remove()
 
     def add_gathered(self, nbytes: int) -> None:
         z = self.manifest.zero3

@@ -1,15 +1,27 @@
-"""The profiler window: which forward steps of which chat()/generate() call the torch.profiler covers.
+"""The profiler window: which part of the job the torch.profiler covers, and what opens it.
 
-A 1024-token run profiled end to end writes gigabytes and skews itself; a few steady-state decode steps
-say the same. The window opens before the forward pre-hook of step `start` of top-level call `call` and
-closes after step `start + steps - 1` (or when that call ends). The trace is written only after the
-call returns, so exporting it does not land inside the timed generation.
+A 1024-token run profiled end to end writes gigabytes and skews itself; a few steady-state steps say the
+same. What a step is depends on the workload, so the window follows the first of these triggers the job
+has (`TRIGGERS`, most telling first):
+
+- `generate step`: forward steps `start .. start+steps-1` of top-level chat()/generate() call `call`;
+- an iteration trigger (`ITERATION_TRIGGERS`): torch optimizer steps, DeepSpeed `engine.step()`, the
+  DDP / FSDP root module's forward calls, or the job's own `torch.profiler` `step()`. The window opens at
+  boundary `start` of the most telling one the job has shown and closes `steps` boundaries later; each
+  iteration is a `ProfilerStep#n` range, as torch's own `profile.step()` writes it;
+- `time`: a job with none of those (an inference loop of its own) gets a window `seconds` long, opened at
+  the first module call `after` seconds after the rank started. A trigger above, arriving later,
+  replaces it: the time window is written only at exit.
+
+The profiler can only be started and stopped on the thread the job runs its work on (Kineto records the
+starting thread), so every opening and closing happens inside a hook on the job's own thread.
 """
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -21,6 +33,17 @@ from . import ranges
 from ..runfolder.records import Window
 
 MODES = ("full", "annotate")
+GENERATE_TRIGGER = "generate step"
+TIME_TRIGGER = "time"
+ITERATION_TRIGGERS = ("optimizer.step", "deepspeed engine.step", "DistributedDataParallel.forward", "FSDP forward",
+                      "profiler.step")
+TRIGGERS = (GENERATE_TRIGGER, *ITERATION_TRIGGERS, TIME_TRIGGER)
+MARKER = "dstrace/window.open"
+"""A range opened right after the profiler starts, between two perf_counter readings: where perf_counter's
+clock meets the trace's. Its end is the meeting point: the first range of a profiler spends a millisecond or
+so inside itself."""
+_MARKER_EVENT = re.compile(rb'"name": "' + re.escape(MARKER.encode()) + rb'",\s*"pid": (\d+),\s*"tid": (\d+),\s*"ts": ([\d.]+),\s*"dur": ([\d.]+)')
+_EVENTS_OPEN = re.compile(rb'"traceEvents":\s*\[')
 
 
 @dataclass
@@ -29,67 +52,165 @@ class WindowOptions:
     call: int = 1
     start: int = 2
     steps: int = 3
+    after: float = 30.0
+    seconds: float = 2.0
 
     def to_env(self) -> str:
-        """`mode=full,call=1,start=2,steps=3`: no quotes or spaces, so launchers that forward the
-        environment through a remote shell (DeepSpeed's pdsh/mpirun runners) pass it on unchanged."""
-        return f"mode={self.mode},call={self.call},start={self.start},steps={self.steps}"
+        """`mode=full,call=1,start=2,steps=3,after=30,seconds=2`: no quotes or spaces, so launchers that forward
+        the environment through a remote shell (DeepSpeed's pdsh/mpirun runners) pass it on unchanged."""
+        return (f"mode={self.mode},call={self.call},start={self.start},steps={self.steps},"
+                f"after={self.after:g},seconds={self.seconds:g}")
 
     @classmethod
     def from_env(cls, raw: str | None) -> "WindowOptions":
         if not raw:
             return cls()
         fields = dict(item.split("=", 1) for item in raw.split(","))
+        default = cls()
         return cls(mode=fields["mode"], call=int(fields["call"]), start=int(fields["start"]),
-                   steps=int(fields["steps"]))
+                   steps=int(fields["steps"]), after=float(fields.get("after", default.after)),
+                   seconds=float(fields.get("seconds", default.seconds)))
+
+
+@dataclass
+class Span:
+    """A call around the window (generate, chat, deepspeed.initialize...), on time.perf_counter's clock."""
+    name: str
+    start: float
+    end: float | None = None  # None while it runs
+    clip: bool = False  # shown clipped to the window (a generation call); else at its real start and duration
 
 
 class ProfilerWindow:
     def __init__(self, options: WindowOptions, metadata: Callable[[], dict]):
         self.options = options
         self.metadata = metadata  # written into the trace as "dstrace": run id, rank, world, window
-        self.record = Window(mode=options.mode, call=options.call, start=options.start, steps=options.steps)
+        full = options.mode == "full"
+        self.record = Window(mode=options.mode, call=options.call, start=options.start, steps=options.steps,
+                             after_s=options.after if full else None, seconds=options.seconds if full else None)
         self._prof = None
         self._done = False
+        self._opened = self._closed = None  # perf_counter at the profiler's start and stop
+        self._marker_slack_us = 0.0
+        self._step_range = None  # the open ProfilerStep#n of an iteration window
 
     @property
     def active(self) -> bool:
         """Collecting events now (stopped windows keep their events until export)."""
         return self._prof is not None and not self._done
 
+    @property
+    def taken(self) -> bool:
+        """A window opened by a trigger other than time: nothing else may open one."""
+        return self.record.trigger not in (None, TIME_TRIGGER)
+
+    def _open(self, trigger: str) -> bool:
+        """Start the profiler; False when the job's own profiler is recording (only one may run)."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        if self.record.trigger == TIME_TRIGGER:
+            if self.active:  # the time-based window becomes this one: a second profiler in one process may see
+                self.record.trigger = trigger  # no device activity once CUPTI was torn down (TEARDOWN_CUPTI=1)
+                self.record.recorded_steps = []
+                return True
+            self._discard()
+        if torch.autograd.profiler._is_profiler_enabled:
+            return False
+        gpu = torch.cuda.is_available()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+        # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
+        self._prof = profile(activities=activities, record_shapes=not gpu)
+        self._prof.start()
+        before = time.perf_counter()
+        with torch.profiler.record_function(MARKER):
+            pass
+        self._opened = time.perf_counter()
+        self._marker_slack_us = (self._opened - before) * 1e6  # less the marker's own duration: the clock's play
+        self.record.trigger = trigger
+        self._prof.add_metadata_json("dstrace", json.dumps(self.metadata()))
+        ranges.set_profiling(True)
+        return True
+
+    def _discard(self) -> None:
+        """Drop the time-based window, unwritten: a better trigger came."""
+        if self._prof is not None:
+            self.stop()
+            self._prof = None
+        self._done = False
+        self.record.trigger = None
+        self.record.recorded_steps = []
+
+    # ---- generate steps ------------------------------------------------------------------------
     def wants(self, call: int, step: int) -> bool:
         o = self.options
-        return (o.mode == "full" and not self._done and call == o.call
-                and o.start <= step < o.start + o.steps)
+        return (o.mode == "full" and not self.taken and call == o.call and o.start <= step < o.start + o.steps)
 
     def before_step(self, call: int, step: int) -> None:
-        if self.wants(call, step) and not self.active:
-            import torch
-            from torch.profiler import ProfilerActivity, profile
-
-            gpu = torch.cuda.is_available()
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-            # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
-            self._prof = profile(activities=activities, record_shapes=not gpu)
-            self._prof.start()
-            self._prof.add_metadata_json("dstrace", json.dumps(self.metadata()))
-            ranges.set_profiling(True)
+        if self.wants(call, step):  # an open time-based window gives way (`_open`)
+            self._open(GENERATE_TRIGGER)
 
     def after_step(self, call: int, step: int) -> None:
-        if self.active:
+        if self.active and self.record.trigger == GENERATE_TRIGGER:
             self.record.recorded_steps.append(step)
             if step >= self.options.start + self.options.steps - 1:
                 self.stop()
 
+    # ---- iterations ----------------------------------------------------------------------------
+    def iteration(self, trigger: str, index: int) -> bool:
+        """Boundary `index` (0-based) of the iteration trigger the job's window follows; True when this
+        boundary closed the window (the caller writes it now)."""
+        o = self.options
+        if o.mode != "full":
+            return False
+        if self.active and self.record.trigger in ITERATION_TRIGGERS:
+            if self.record.trigger != trigger:  # a more telling trigger showed up while open: end here
+                self.stop()
+                return True
+            self.record.recorded_steps.append(index - 1)
+            if index >= o.start + o.steps:
+                self.stop()
+                return True
+            self._next_step(index)
+        elif not self.taken and index == o.start and self._open(trigger):
+            self._next_step(index)
+        return False
+
+    def _next_step(self, index: int) -> None:
+        import torch
+
+        if self._step_range is not None:
+            self._step_range.__exit__(None, None, None)
+        self._step_range = torch.profiler.record_function(f"ProfilerStep#{index}")
+        self._step_range.__enter__()
+
+    # ---- time ----------------------------------------------------------------------------------
+    def time_tick(self, now: float) -> bool:
+        """At a module call on the job's thread once the time-based window is due; False once it is over."""
+        if self.taken or self.options.mode != "full":
+            return False
+        if self._prof is None and not self._done:
+            return self._open(TIME_TRIGGER)
+        if self.active and self.record.trigger == TIME_TRIGGER:
+            if now - self._opened < self.options.seconds:
+                return True
+            self.stop()
+        return False
+
     def stop(self) -> None:
         """Stop collecting; the events stay in memory until `export`."""
         if self._prof is not None and not self._done:
+            if self._step_range is not None:
+                self._step_range.__exit__(None, None, None)
+                self._step_range = None
+            self._closed = time.perf_counter()
             ranges.set_profiling(False)
             self._prof.stop()
             self._done = True
 
-    def export(self, run_dir: str, worker: str) -> str | None:
-        """Write the trace as `<worker>.<ms>.pt.trace.json.gz`, the name HTA and TensorBoard look for.
+    def export(self, run_dir: str, worker: str, around: list[Span] = ()) -> str | None:
+        """Write the trace as `<worker>.<ms>.pt.trace.json.gz`, the name HTA and TensorBoard look for, with the
+        calls `around` the window added as ranges on the trace's clock.
 
         The gzip is written under a temporary name and renamed, so a crash never leaves a file that
         looks like a whole trace. The rank's summary is made from it by `dstrace record`, once the
@@ -107,14 +228,77 @@ class ProfilerWindow:
             prof.export_chrome_trace(raw)
             if not _ends_a_json_object(raw):  # Kineto reports a failed write (a full disk) only in its log
                 raise OSError(f"the profiler could not write its trace {raw} (is the disk full?)")
+            extra = self._around_events(_marker_event(raw), around)
             with open(raw, "rb") as src, atomic_file(final, "wb") as packed, \
                     gzip.GzipFile(fileobj=packed, mode="wb", compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+                _copy_with_events(src, dst, extra)
             self.record.trace_file = name
         finally:
             if os.path.exists(raw):
                 os.remove(raw)
         return name
+
+    def _around_events(self, marker: tuple[int, int, float, float] | None, around: list[Span]) -> list[dict]:
+        """The calls around the window as complete ("X") ranges on the marker's process and thread: a
+        generation call clipped to the window (it began before the window opened), DeepSpeed's entry points
+        at their real start and duration, before the window on the same clock."""
+        if marker is None or self._opened is None:
+            return []
+        pid, tid, marker_ts, marker_dur = marker
+        closed = self._closed if self._closed is not None else time.perf_counter()
+        # The marker ran between two perf_counter readings `slack` apart: its end is mapped to the middle of
+        # where it can lie, so the mapping is off by at most half the slack (a preempted thread widens it).
+        uncertainty = round(max(self._marker_slack_us - marker_dur, 0.0) / 2, 3)
+
+        def trace_us(t: float) -> float:
+            return round(marker_ts + marker_dur + uncertainty + (t - self._opened) * 1e6, 3)
+
+        out = []
+        for span in around:
+            end = span.end if span.end is not None else closed
+            if span.clip:
+                if end <= self._opened or span.start >= closed:
+                    continue
+                lo, hi = max(span.start, self._opened), min(end, closed)
+                args = {"dstrace": "clipped to the profiler window", "clipped": lo > span.start or hi < end,
+                        "call start us": trace_us(span.start), "call dur us": round((end - span.start) * 1e6, 3)}
+            else:
+                if span.start >= closed:
+                    continue
+                lo, hi = span.start, end
+                args = {"dstrace": "outside the profiler window, at its real start and duration"}
+            args["clock uncertainty us"] = uncertainty
+            out.append({"ph": "X", "cat": "user_annotation", "name": ranges.PREFIX + span.name, "pid": pid,
+                        "tid": tid, "ts": trace_us(lo), "dur": round((hi - lo) * 1e6, 3), "args": args})
+        return out
+
+
+def _marker_event(raw: str) -> tuple[int, int, float, float] | None:
+    """pid, tid, start and duration of the window's marker range in Kineto's JSON, read in chunks (traces run to GBs)."""
+    tail = b""
+    with open(raw, "rb") as f:
+        while True:
+            chunk = f.read(1 << 22)
+            if not chunk:
+                return None
+            m = _MARKER_EVENT.search(tail + chunk)
+            if m:
+                return int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
+            tail = chunk[-512:]
+
+
+def _copy_with_events(src, dst, events: list[dict]) -> None:
+    """Copy the trace, the events put first in its traceEvents list."""
+    head = src.read(1 << 20)
+    m = _EVENTS_OPEN.search(head) if events else None
+    if m is None:
+        dst.write(head)
+    else:
+        rest = head[m.end():]
+        empty = rest.lstrip().startswith(b"]")
+        added = ",\n".join(json.dumps(e) for e in events).encode()
+        dst.write(head[:m.end()] + b"\n" + added + (b"" if empty else b",") + rest)
+    shutil.copyfileobj(src, dst, 1 << 20)
 
 
 def _ends_a_json_object(path: str) -> bool:

@@ -29,6 +29,7 @@ class Weight:
     dtype: str
     module_class: str
     split: float = 1.0  # logical elements of the unsplit weight over logical elements here (TP)
+    placements: str | None = None  # a DTensor's placements over its mesh, e.g. "Shard(dim=0)@tp=2"
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Inventory:
     zero3_partitioned: int  # weights carrying ds_shape/ds_tensor
     module_classes: dict[str, int]  # class name -> weights owned
     effective_tp: int  # measured from the weights' shapes, not from any config
+    fsdp_sharded: int = 0  # weights FSDP holds sharded over data-parallel ranks (ZeRO-3's partitioning, torch's way)
+    dtensors: int = 0  # weights that are DTensors (torch-native TP, FSDP2, transformers' tp_plan)
 
 
 @dataclass
@@ -84,6 +87,10 @@ class Window:
     steps: int
     recorded_steps: list[int] = field(default_factory=list)
     trace_file: str | None = None
+    trigger: str | None = None  # what opened it: "generate step", "optimizer.step", ..., "time" (TRIGGERS)
+    after_s: float | None = None  # the time-based window opens this long after the rank started...
+    seconds: float | None = None  # ...and lasts this long, when no iterative trigger came first
+    iterations: dict[str, int] = field(default_factory=dict)  # iteration boundaries seen, per trigger
 
 
 @dataclass
@@ -126,8 +133,15 @@ def why_no_trace(m: Manifest) -> str | None:
     if w.mode == "annotate":
         return "annotate mode records ranges and timings, no trace (use --mode full for one)"
     wanted = f"the window (call {w.call}, steps {w.start}-{w.start + w.steps - 1}) was never reached"
+    if not m.calls and w.after_s is None and w.mode == "full" and not w.iterations:
+        return f"{wanted}: no chat()/generate() call ran"  # recorded by a dstrace that followed generate() only
     if not m.calls:
-        return f"{wanted}: no chat()/generate() call ran"
+        if w.iterations:
+            kind, seen = next(iter(w.iterations.items()))
+            return (f"the window (iterations {w.start}-{w.start + w.steps - 1} of {kind}) was never reached: "
+                    f"{seen} {kind} ran (choose --window-start 0..{max(seen - 2, 0)})")
+        return (f"no chat()/generate() call, optimizer step, engine.step(), DDP/FSDP forward or profiler step ran and "
+                f"the rank ended before the time-based window ({w.after_s:g} s after it started)")
     if w.call > len(m.calls):
         return f"{wanted}: {len(m.calls)} call(s) ran; choose one with --window-call 1..{len(m.calls)}"
     steps = len(m.calls[w.call - 1].step_ms)
