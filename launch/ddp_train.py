@@ -6,12 +6,16 @@ so its peers wait in the all-reduce.
 """
 import argparse
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_loop import join_group, train  # noqa: E402
 
 
 def model(width: int) -> nn.Module:
@@ -31,12 +35,8 @@ def main() -> None:
     p.add_argument("--timm", default=None, help="a timm model name (e.g. resnet50) instead of the tiny convnet")
     p.add_argument("--image", type=int, default=32)
     args = p.parse_args()
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
+    device = join_group()
     rank = dist.get_rank()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
     torch.manual_seed(0)
     if args.timm:
         import timm
@@ -49,20 +49,8 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
     x = torch.randn(args.batch, 3, args.image, args.image, device=device)
     y = torch.randint(0, 10, (args.batch,), device=device)
-    t0 = time.perf_counter()
-    for step in range(args.steps):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(x), y)
-        if rank == args.late_rank:
-            time.sleep(args.late_ms / 1e3)
-        loss.backward()
-        opt.step()
-    if cuda:
-        torch.cuda.synchronize()
-    print(f"rank {rank}: {args.steps} steps, {(time.perf_counter() - t0) / args.steps * 1e3:.1f} ms/step, "
-          f"loss {loss.item():.4f}", flush=True)
-    dist.destroy_process_group()
-
+    late = (lambda: time.sleep(args.late_ms / 1e3)) if rank == args.late_rank else None
+    train(opt, lambda: loss_fn(net(x), y), args.steps, before_backward=late)
 
 if __name__ == "__main__":
     main()

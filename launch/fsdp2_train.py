@@ -5,12 +5,14 @@ gradients: ZeRO-3's pattern, torch's way.
 """
 import argparse
 import os
-import time
+import sys
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_loop import join_group, train  # noqa: E402
 
 
 def main() -> None:
@@ -20,11 +22,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--batch", type=int, default=8)
     args = p.parse_args()
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    device = "cuda" if cuda else "cpu"
+    device = join_group()
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(args.dim, 4 * args.dim), nn.GELU(), nn.Linear(4 * args.dim, args.dim))
                             for _ in range(args.layers)]).to(device)
@@ -33,18 +31,7 @@ def main() -> None:
     fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(args.batch, args.dim, device=device)
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        opt.zero_grad(set_to_none=True)
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-    if cuda:
-        torch.cuda.synchronize()
-    print(f"rank {dist.get_rank()}: {args.steps} steps, {(time.perf_counter() - t0) / args.steps * 1e3:.1f} ms/step, "
-          f"loss {loss.item():.5f}", flush=True)
-    dist.destroy_process_group()
-
+    train(opt, lambda: model(x).pow(2).mean(), args.steps)
 
 if __name__ == "__main__":
     main()
