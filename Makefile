@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(call PIP_INSTALL,$(BIN)) --upgrade pip
 	$(call PIP_INSTALL,$(BIN)) $(TORCH)
-	$(call PIP_INSTALL,$(BIN)) -e '.[demo,test]' $(TEST_WORKLOADS)
+	$(call PIP_INSTALL,$(BIN)) -e '.[demo,test,bench]' $(TEST_WORKLOADS)
 	touch $@
 
 $(DS_ERA_STAMP): | $(STAMP)
