@@ -3,6 +3,7 @@ and the calls around a chat() window, each asserted through what `record` and `a
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -213,3 +214,18 @@ def test_generate_steps_win_over_a_due_time_window(tmp_path):
     names = user_ranges(read_trace(path))
     assert sorted(n for n in names if n.startswith("dstrace/step#")) == ["dstrace/step#2", "dstrace/step#3",
                                                                          "dstrace/step#4"]
+
+
+def test_transformers_tp_plan_measured_from_dtensors(tmp_path):
+    """`from_pretrained(tp_plan="auto")`: transformers splits the weights as DTensors; the manifest measures
+    effective TP 2 from the shards each rank holds, and the window follows generate()."""
+    run_dir = str(tmp_path / "tp-plan")
+    result = record_torchrun(run_dir, "tp_plan_generate.py", "--checkpoint", str(tmp_path / "ckpt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "window on generate steps" in result.stderr
+    for m in manifests(run_dir).values():
+        inv = m["inventory"]
+        assert inv["effective_tp"] == 2 and inv["dtensors"] > 0
+        split = [w for w in inv["weights"] if w["split"] == 2]
+        assert split and all(w["local_numel"] * 2 == math.prod(w["shape"]) for w in split)
+    assert "tp-not-applied" not in {f["id"] for f in analysis(run_dir)["findings"]}
