@@ -19,3 +19,11 @@ def ranks_text(ranks) -> str:
     """rank 3; ranks 0-3, 7, 9-12."""
     ranks = set(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ranges(ranks)
+
+
+def by_rank_lines(said: dict[int, str]) -> list[str]:
+    """`ranks 0-3: <text>`, each text once with every rank it was said of (rank -> text), in rank order."""
+    grouped: dict[str, list[int]] = {}
+    for rank, text in sorted(said.items()):
+        grouped.setdefault(text, []).append(rank)
+    return [f"{ranks_text(ranks)}: {text}" for text, ranks in grouped.items()]

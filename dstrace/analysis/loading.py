@@ -32,7 +32,7 @@ from dstrace.errors import UserError
 from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
-from dstrace.rankset import ranks_text
+from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
@@ -345,10 +345,8 @@ def _declared_world(manifests: dict[int, Manifest], run: RunRecord | None) -> in
 
 def no_trace_reasons(manifests: dict[int, Manifest]) -> str:
     """Why the ranks left no trace, each reason once with the ranks it holds for."""
-    by_reason: dict[str, list[int]] = {}
-    for rank, m in sorted(manifests.items()):
-        by_reason.setdefault(why_no_trace(m) or "the rank wrote no trace", []).append(rank)
-    return "; ".join(f"{ranks_text(ranks)}: {reason}" for reason, ranks in by_reason.items())
+    return "; ".join(by_rank_lines({rank: why_no_trace(m) or "the rank wrote no trace"
+                                    for rank, m in manifests.items()}))
 
 
 def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunRecord | None,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..errors import UserError
 from ..runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX, WRITTEN_NAMES,
                                WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
-from ..rankset import ranks_text
+from ..rankset import by_rank_lines, ranks_text
 from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, Window, read_json_object,
                                  read_manifest, to_json, why_no_trace, write_json_atomic)
 from ..say import say, warn
@@ -302,7 +302,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
             traces.setdefault(rank, []).append(name)
     world = 0
     no_trace: dict[int, str] = {}
-    windows: dict[str, list[int]] = {}
+    windows: dict[int, str] = {}
     for name in sorted(os.listdir(run_dir)):
         if not name.endswith(MANIFEST_SUFFIX):
             continue
@@ -326,9 +326,9 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
         run.ranks.append(RankStatus(rank=m.rank, status=status, manifest=name, traces=traces.get(m.rank, [])))
         reason = why_no_trace(m) if not traces.get(m.rank) else None
         if reason:
-            no_trace[m.rank] = reason
+            no_trace[m.rank] = f"no trace: {reason}"
         elif m.window and m.window.trace_file and m.window.trigger:
-            windows.setdefault(window_text(m.window), []).append(m.rank)
+            windows[m.rank] = f"window on {window_text(m.window)}"
         world = max(world, m.world_size)
     found = {r.rank for r in run.ranks}
     run.world_size = world or None
@@ -341,11 +341,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
                             "use torch, DeepSpeed or transformers?")
     if exit_code != 0:
         run.problems.append(f"the command exited with code {exit_code}")
-    by_reason: dict[str, list[int]] = {}
-    for rank, reason in sorted(no_trace.items()):
-        by_reason.setdefault(reason, []).append(rank)
-    run.notes = [f"{ranks_text(ranks)}: window on {text}" for text, ranks in windows.items()]
-    run.notes += [f"{ranks_text(ranks)}: no trace: {reason}" for reason, ranks in by_reason.items()]
+    run.notes = by_rank_lines(windows) + by_rank_lines(no_trace)
     complete = not run.problems and all(r.status == "complete" for r in run.ranks)
     run.status = "complete" if complete else "incomplete"
 

@@ -193,12 +193,13 @@ def read_json_object(path: str) -> dict:
     return data
 
 
-def _read_record(path: str, cls, schema: str, what: str):
+def _read_record(path: str, cls, schema: str, what: str, data: dict | None = None):
     """The record's schema is its dataclasses: msgspec checks every field's type against them (in dstrace's
-    environment only: the recording side, in the job, writes and never reads)."""
+    environment only: the recording side, in the job, writes and never reads). `data`: the file's JSON when
+    the caller has read it already."""
     import msgspec
 
-    data = read_json_object(path)
+    data = read_json_object(path) if data is None else data
     if data.get("schema") != schema:
         raise ValueError(f"{path} is not a dstrace {what} (schema {data.get('schema')!r})")
     try:
@@ -237,8 +238,8 @@ def read_run(path: str) -> RunRecord:
 
 def read_node_record(path: str) -> dict:
     """A node record (`nodes/<node>.json`): a run record of one node's ranks, with `node`, `nnodes`, `host`."""
-    _read_record(path, RunRecord, RUN_SCHEMA, "node record")
     data = read_json_object(path)
+    _read_record(path, RunRecord, RUN_SCHEMA, "node record", data)
     for key, kind in (("nnodes", int), ("node", str), ("host", str)):
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise ValueError(f"{path}: {key} is {type(data[key]).__name__}, not {kind.__name__}")
