@@ -51,9 +51,10 @@ def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
-    gpu = events[events["is_gpu"]]
-    kinds = {str(n): collective_kernel_kind(str(n)) for n in gpu["name"].unique()}
-    kernels = _text_names(gpu[gpu["name"].astype(str).map(kinds).notna()])
+    is_gpu = events["is_gpu"].to_numpy()
+    kinds = {str(n): collective_kernel_kind(str(n)) for n in events.loc[is_gpu, "name"].unique()}
+    named = [n for n, kind in kinds.items() if kind is not None]
+    kernels = _text_names(events[is_gpu & events["name"].isin(named).to_numpy()])
     if kernels.empty:
         return kernels
     kernels["kind"] = [kinds[n] or kind_of(str(c or ""))

@@ -56,6 +56,8 @@ BUDGET_FLOOR_BYTES = 512 << 20
 2x a small trace would forbid parsing two at once where the memory matters to no one."""
 PARALLEL_MIN_BYTES = 32 << 20
 """Below this much JSON to parse, starting worker processes costs more than it saves."""
+SPLIT_MIN_BYTES = 64 << 20
+"""A trace decoded alone is decoded by two processes from this size of JSON on (`decode_ways`)."""
 
 
 def stderr_progress(message: str) -> None:
@@ -97,25 +99,27 @@ def _categorical(columns: tracefile.Columns, name: str) -> pd.Categorical:
 
 def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
     """Complete ('X') events as a DataFrame, with the args the analyses use as columns; name and cat are
-    categoricals of their text."""
-    df = pd.DataFrame({"name": _categorical(columns, "name"), "cat": _categorical(columns, "cat"),
-                       "pid": columns.values("pid"), "tid": columns.values("tid"),
-                       "ts": columns.ts, "dur": columns.dur})
+    categoricals of their text. Text args stay plain objects (None where absent): pandas would otherwise
+    scan every row of each to infer a string type, for the few events (collectives) that have them."""
+    n = len(columns)
+    is_gpu = np.array([c in GPU_CATEGORIES for c in columns.tables["cat"]] or [False], dtype=bool)[columns.codes["cat"]]
+    data = {"name": _categorical(columns, "name"), "cat": _categorical(columns, "cat"),
+            "pid": columns.values("pid"), "tid": columns.values("tid"), "ts": columns.ts, "dur": columns.dur,
+            "end": columns.ts + columns.dur, "is_gpu": is_gpu}
     for col, _ in ARG_COLUMNS:
-        values = columns.args[col]
-        df[col] = values if columns.present[col] else np.full(len(values), None, dtype=object)
-    df["end"] = df["ts"] + df["dur"]
-    df["is_gpu"] = df["cat"].isin(GPU_CATEGORIES).to_numpy(dtype=bool)
-    for col in ("stream", "device", "correlation"):
-        df[col] = pd.to_numeric(df[col], errors="coerce")
-    df.loc[~df["is_gpu"], "stream"] = -1
-    return df[EVENT_COLUMNS]
+        values = columns.args[col] if columns.present[col] else np.empty(n, dtype=object)
+        if col in ("stream", "device", "correlation"):
+            values = pd.to_numeric(values, errors="coerce")
+        data[col] = pd.Series(values, dtype=object, copy=False) if values.dtype == object else values
+    data["stream"] = np.where(is_gpu, data["stream"], -1.0)
+    return pd.DataFrame(data, columns=EVENT_COLUMNS, copy=False)
 
 
-def decode_rank(path: str, world_hint: int, reduce: bool = True) -> tuple[dict, pd.DataFrame, RankReduction | None]:
-    """One trace decoded (its metadata and events frame) and, with `reduce`, reduced (HTA's breakdowns
-    included). Raises ValueError with what is wrong with the file."""
-    meta, columns = tracefile.read_trace(path)
+def decode_rank(path: str, world_hint: int, reduce: bool = True,
+                ways: int = 1) -> tuple[dict, pd.DataFrame, RankReduction | None]:
+    """One trace decoded by `ways` processes (its metadata and events frame) and, with `reduce`, reduced
+    (HTA's breakdowns included). Raises ValueError with what is wrong with the file."""
+    meta, columns = tracefile.read_trace(path, ways)
     hta = None
     if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
         # before the events frame exists: the two never peak together
@@ -132,14 +136,14 @@ def decode_rank(path: str, world_hint: int, reduce: bool = True) -> tuple[dict, 
     return meta, events, reduction.reduce_rank(events, world, hta)
 
 
-def parse_rank(path: str, targets: list[str], world_hint: int,
-               events: bool = False) -> tuple[str | None, str | None, pd.DataFrame | None]:
+def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,
+               ways: int = 1) -> tuple[str | None, str | None, pd.DataFrame | None]:
     """Decode one trace, reduce it and write the reduction as a cache to the first of `targets` that accepts
     it. Returns (what is wrong with the file, None, None) or (None, the cache written, the events when
     asked for). Runs in a worker process unless events are asked for: only a short answer goes back."""
     try:
         print_ = cache.fingerprint(path)
-        meta, frame, reduced = decode_rank(path, world_hint)
+        meta, frame, reduced = decode_rank(path, world_hint, ways=ways)
     except ValueError as exc:
         return str(exc), None, None
     except OSError as exc:
@@ -168,9 +172,18 @@ def parse_workers(paths: list[str]) -> int:
     """How many traces to parse at once, for these traces on this machine now (`workers_for`)."""
     import psutil
 
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return workers_for([uncompressed_size(p) for p in paths], cpus, psutil.Process().memory_info().rss,
+    return workers_for([uncompressed_size(p) for p in paths], _cpus(), psutil.Process().memory_info().rss,
                        psutil.virtual_memory().available)
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def decode_ways(path: str) -> int:
+    """How many processes decode one trace when traces are decoded one at a time: two where there are two
+    CPUs and the trace is large enough to repay starting the second (SPLIT_MIN_BYTES)."""
+    return 2 if _cpus() >= 2 and uncompressed_size(path) >= SPLIT_MIN_BYTES else 1
 
 
 def workers_for(sizes: list[int], cpus: int, in_use: int, available: int) -> int:
@@ -221,7 +234,7 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
                 progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
             hints = [world_hint] * len(todo)
             if workers == 1:
-                results = [parse_rank(p, t, w, events) for p, t, w in zip(todo, targets, hints)]
+                results = [parse_rank(p, t, w, events, decode_ways(p)) for p, t, w in zip(todo, targets, hints)]
             else:
                 with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
                     results = list(pool.map(parse_rank, todo, targets, hints))
@@ -234,7 +247,7 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
     for path, parsed in out.items():
         if events and isinstance(parsed, Parsed) and parsed.events is None:
             try:
-                parsed.events = decode_rank(path, world_hint, reduce=False)[1]
+                parsed.events = decode_rank(path, world_hint, reduce=False, ways=decode_ways(path))[1]
             except ValueError as exc:
                 out[path] = str(exc)
     return {p: out[p] for p in files}

@@ -79,10 +79,10 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> list[dict]:
         return []
     first = steps[steps["source"] == steps["source"].iloc[0]].sort_values("ts")
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
-    kernels = events[events["is_gpu"]]
-    ops = intervals.top_level(events[events["cat"] == "cpu_op"])
-    ranges = events[(events["cat"] == "user_annotation") & events["name"].str.startswith("dstrace/")
-                    & ~events["name"].str.match(host.WHOLE_CALL_RANGES)]
+    kernels = events.loc[events["is_gpu"], ["ts", "dur"]]
+    ops = intervals.top_level(events.loc[events["cat"] == "cpu_op", ["name", "pid", "tid", "ts", "dur", "end"]])
+    ranges = events.loc[(events["cat"] == "user_annotation") & events["name"].str.startswith("dstrace/")
+                        & ~events["name"].str.match(host.WHOLE_CALL_RANGES), ["name", "ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
                             pd.DataFrame({"name": "dstrace/" + ranges["name"].map(host.range_label),
                                           "ts": ranges["ts"], "dur": ranges["dur"]})], ignore_index=True)
@@ -95,13 +95,15 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> list[dict]:
     gpu = pd.Series(kernels["dur"].to_numpy()).groupby(step_of(kernels["ts"])).sum() if len(kernels) else pd.Series(dtype=float)
     host_items["i"] = step_of(host_items["ts"]) if len(host_items) else []
     by_step = host_items[host_items["i"] >= 0].groupby(["i", "name"])["dur"].sum()
-    out = []
-    for i, step in enumerate(first["step"].astype(int)):
-        mine = by_step.xs(i, level="i") if i in by_step.index.get_level_values("i") else pd.Series(dtype=float)
-        top = mine.sort_values(ascending=False).head(STEP_WORK_ITEMS)
-        out.append({"step": int(step), "gpu_us": float(gpu.get(i, 0.0)),
-                    "host_us": {str(k): float(v) for k, v in top.items()}})
-    return out
+    # each step's largest items first (ties in name order), STEP_WORK_ITEMS of them
+    flat = by_step.reset_index()
+    flat = flat.iloc[np.lexsort((-flat["dur"].to_numpy(), flat["i"].to_numpy()))]
+    flat = flat[flat.groupby("i").cumcount().to_numpy() < STEP_WORK_ITEMS]
+    tops: dict[int, dict[str, float]] = {}
+    for i, name, dur in zip(flat["i"].tolist(), flat["name"].tolist(), flat["dur"].tolist()):
+        tops.setdefault(i, {})[str(name)] = float(dur)
+    return [{"step": int(step), "gpu_us": float(gpu.get(i, 0.0)), "host_us": tops.get(i, {})}
+            for i, step in enumerate(first["step"].astype(int))]
 
 
 def _own_window(steps: pd.DataFrame) -> tuple[float, float] | None:

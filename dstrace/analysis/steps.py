@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from dstrace.analysis.model import LoadedRun, StepSummary
@@ -97,12 +98,18 @@ def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -
     if not rows or steps.empty:
         return pd.Series(dtype=float), None
     ranges = pd.DataFrame(rows, columns=["rank", "ts", "bytes"])
-    sums = {}
-    for (rank, step), st in steps.groupby(["rank", "step"]):
-        r = ranges[ranges["rank"] == rank]
-        st_ts, st_end = float(st["ts"].iloc[0]), float(st["end"].iloc[0])
-        sums[(rank, step)] = int(r.loc[(r["ts"] >= st_ts) & (r["ts"] < st_end), "bytes"].sum())
-    return pd.Series(sums, dtype=float), source
+    firsts = steps.drop_duplicates(["rank", "step"]).sort_values(["rank", "step"], kind="stable")
+    keys, sums = [], []
+    for rank, st in firsts.groupby("rank", sort=False):
+        r = ranges[ranges["rank"] == rank].sort_values("ts", kind="stable")
+        ts = r["ts"].to_numpy(dtype=float)
+        nbytes = np.nan_to_num(r["bytes"].to_numpy(dtype=float)).astype(np.int64)  # a size not known counts 0
+        total = np.concatenate([[0], np.cumsum(nbytes)])
+        lo = np.searchsorted(ts, st["ts"].to_numpy(dtype=float), side="left")
+        hi = np.maximum(np.searchsorted(ts, st["end"].to_numpy(dtype=float), side="left"), lo)
+        keys.extend(zip([rank] * len(st), st["step"].tolist()))
+        sums.extend((total[hi] - total[lo]).tolist())
+    return pd.Series(sums, index=pd.MultiIndex.from_tuples(keys), dtype=float), source
 
 
 def model_bytes(run: LoadedRun) -> int | None:

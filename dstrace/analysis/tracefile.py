@@ -154,45 +154,51 @@ def _arg_array(column: str, n: int, rows: np.ndarray, values: np.ndarray) -> np.
             return arr
         except (TypeError, ValueError):
             pass
-    arr = np.full(n, None, dtype=object)
+    arr = np.empty(n, dtype=object)  # None throughout
     arr[rows] = values
     return arr
 
 
 class _Builder:
-    """Columns grown one piece of the event array at a time; each piece's events are dropped once added."""
+    """Columns grown one piece of the event array at a time; each piece's events are dropped once added.
+
+    A piece keeps its positions and rows relative to itself, with its index `k` in the array: the pieces of
+    a trace decoded in two processes (`read_trace(ways=2)`) are put in order and numbered when joined."""
 
     def __init__(self) -> None:
-        self.pieces: list[dict[str, np.ndarray]] = []
+        self.pieces: list[dict] = []
         self.index: dict[str, dict] = {c: {} for c in CODED}
         self.wants_args: dict[str, list[bool]] = {"cat": [], "name": []}  # per table entry: `reads_args`
         self.present = {c: False for c, _ in ALL_ARGS}
         self.ts_all_int = True
-        self.seen = 0  # events so far (their positions)
-        self.rows = 0  # complete events so far (the columns' rows)
+
+    def _code_of(self, column: str, value) -> int:
+        """The value's code in the column's table: first seen, first coded."""
+        table = self.index[column]
+        code = table.get(value)
+        if code is None:
+            code = table[value] = len(table)
+            flags = self.wants_args.get(column)
+            if flags is not None:
+                flags.append(reads_args(value, None) if column == "cat" else reads_args(None, value))
+        return code
 
     def _codes(self, column: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """int32 codes of the values into the column's table (first seen, first coded), and for cat and name
-        whether each value calls for the event's args."""
+        """int32 codes of the values into the column's table, and for cat and name whether each value calls
+        for the event's args."""
         local, uniques = pd.factorize(values, use_na_sentinel=False)
-        table = self.index[column]
-        flags = self.wants_args.get(column)
         codes = np.empty(len(uniques), dtype=np.int32)
         for i, value in enumerate(uniques):
             if isinstance(value, float) and value != value:  # factorize's NaN for JSON null: keep null
                 value = None
-            code = table.get(value)
-            if code is None:
-                code = table[value] = len(table)
-                if flags is not None:
-                    flags.append(reads_args(value, None) if column == "cat" else reads_args(None, value))
-            codes[i] = code
+            codes[i] = self._code_of(column, value)
+        flags = self.wants_args.get(column)
         wants = None if flags is None else np.array([flags[c] for c in codes], dtype=bool)[local]
         return codes[local], wants
 
-    def add(self, events: list[Event]) -> None:
-        """Append the complete events of one piece: one list comprehension per field, then numpy over the
-        field's values (the cheapest way through a list of Structs: ~40 ns per event and field)."""
+    def add(self, events: list[Event], k: int = 0) -> None:
+        """Add piece `k`, its complete events: one list comprehension per field, then numpy over the field's
+        values (the cheapest way through a list of Structs: ~40 ns per event and field)."""
         if not events:
             return
         ts = _objects([e.ts for e in events])
@@ -208,10 +214,10 @@ class _Builder:
         try:
             dur = np.zeros(n)
             dur[has_dur] = durs[has_dur].astype(np.float64)
-            piece = {"position": keep + self.seen, "ts": ts.astype(np.float64), "dur": dur, "has_dur": has_dur}
+            piece = {"k": k, "events": len(events), "position": keep, "ts": ts.astype(np.float64), "dur": dur,
+                     "has_dur": has_dur}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"an event's ts or dur is not a number ({exc})") from None
-        self.seen += len(events)
         wants = np.zeros(n, dtype=bool)
         for c, values in zip(CODED, (name, cat, pid, tid)):
             try:
@@ -231,25 +237,46 @@ class _Builder:
             values = _objects(list(map(attrgetter(column), args)))
             has = np.flatnonzero(values != None)  # noqa: E711
             self.present[column] = self.present[column] or bool(len(has))
-            piece["arg:" + column] = (rows[has] + self.rows, values[has])  # sparse: most events lack most args
-        self.rows += n
+            piece["arg:" + column] = (rows[has], values[has])  # sparse: most events lack most args
         self.pieces.append(piece)
 
+    def share(self) -> tuple:
+        """What another process's builder needs to take these pieces in (`absorb`): small next to the pieces."""
+        return self.pieces, {c: list(t) for c, t in self.index.items()}, self.present, self.ts_all_int
+
+    def absorb(self, shared: tuple) -> None:
+        """Take in the pieces another process decoded (`share`), their codes recoded into these tables."""
+        pieces, tables, present, ts_all_int = shared
+        for c in CODED:
+            recode = np.array([self._code_of(c, v) for v in tables[c]] or [0], dtype=np.int32)
+            for piece in pieces:
+                piece[c] = recode[piece[c]]
+        self.present = {c: self.present[c] or present[c] for c in self.present}
+        self.ts_all_int = self.ts_all_int and ts_all_int
+        self.pieces.extend(pieces)
+
     def finish(self) -> Columns:
-        """Join the pieces column by column, dropping each column's pieces once joined: the columns are
-        never held twice over."""
-        def cat(key: str, dtype) -> np.ndarray:
+        """Join the pieces in file order, column by column, dropping each column's pieces once joined: the
+        columns are never held twice over."""
+        self.pieces.sort(key=lambda p: p["k"])
+        seen = np.cumsum([0] + [p["events"] for p in self.pieces])
+        rows = np.cumsum([0] + [len(p["ts"]) for p in self.pieces])
+        total = int(rows[-1])
+
+        def cat(key: str, dtype, offsets=None) -> np.ndarray:
             parts = [p.pop(key) for p in self.pieces]
+            if offsets is not None:
+                parts = [part + offset for part, offset in zip(parts, offsets.tolist())]
             return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
         def arg(column: str) -> np.ndarray:
             parts = [p.pop("arg:" + column) for p in self.pieces]
-            rows = np.concatenate([r for r, _ in parts]) if parts else np.empty(0, dtype=np.int64)
+            where = np.concatenate([r + o for (r, _), o in zip(parts, rows.tolist())]) if parts else np.empty(0, np.int64)
             values = np.concatenate([v for _, v in parts]) if parts else np.empty(0, dtype=object)
-            return _arg_array(column, self.rows, rows, values)
+            return _arg_array(column, total, where, values)
 
         columns = Columns(
-            position=cat("position", np.int64), ts=cat("ts", np.float64), dur=cat("dur", np.float64),
+            position=cat("position", np.int64, seen), ts=cat("ts", np.float64), dur=cat("dur", np.float64),
             has_dur=cat("has_dur", bool), codes={c: cat(c, np.int32) for c in CODED},
             tables={c: list(t) for c, t in self.index.items()},
             args={c: arg(c) for c, _ in ALL_ARGS},
@@ -317,9 +344,10 @@ def _read_whole(path: str) -> tuple[dict, Columns]:
     return meta, b.finish()
 
 
-def _read_pieces(path: str) -> tuple[dict, Columns]:
+def _read_pieces(path: str, helpers: list["_Helper"] = ()) -> tuple[dict, _Builder]:
     """Decode the event array piece by piece in one growing buffer: each piece runs from the `[` that opens
-    it to the `,` after its last event, which is made a `]` for the decode and then the next piece's `[`."""
+    it to the `,` after its last event, which is made a `]` for the decode and then the next piece's `[`.
+    With helpers, of every len(helpers) + 1 pieces this process decodes one and hands each helper one."""
     b = _Builder()
     chunks = untrusted.read_ahead(untrusted.json_chunks(path, CHUNK_BYTES))
     buf = bytearray(next(chunks, b""))
@@ -328,6 +356,7 @@ def _read_pieces(path: str) -> tuple[dict, Columns]:
     if opener < 0 or not buf.lstrip().startswith(b"{"):
         raise _NotKineto
     header = bytes(buf[:opener + 1])
+    k = 0
     for more in chunks:
         buf += more
         cut = buf.rfind(EVENT_SEPARATOR, opener)
@@ -335,10 +364,15 @@ def _read_pieces(path: str) -> tuple[dict, Columns]:
             close = cut + 4  # the "," after the piece's last "\n  }"
             buf[close] = ord("]")
             with memoryview(buf) as view:
-                b.add(EVENTS.decode(view[opener:close + 1]))
+                turn = k % (len(helpers) + 1)
+                if turn:
+                    helpers[turn - 1].hand(k, view[opener:close + 1])
+                else:
+                    b.add(EVENTS.decode(view[opener:close + 1]), k)
             buf[close] = ord("[")
             del buf[:close]
             opener = 0
+            k += 1
         elif len(buf) - opener > MAX_UNCUT_BYTES:
             raise _NotKineto
     try:
@@ -346,11 +380,111 @@ def _read_pieces(path: str) -> tuple[dict, Columns]:
         tail = TOP.decode(b'{"traceEvents": ' + buf[opener:])
         if not isinstance(head, dict) or "traceEvents" not in tail:
             raise _NotKineto
-        b.add(EVENTS.decode(tail["traceEvents"]))
+        b.add(EVENTS.decode(tail["traceEvents"]), k)
     except msgspec.DecodeError:
         raise _NotKineto from None
     head.pop("traceEvents", None)
     head.update(_meta(tail))
+    return head, b
+
+
+class _Helper:
+    """A forked process that decodes the pieces handed to it while this one inflates and decodes the rest.
+    Pieces go through a pipe from a thread here, so handing one over never waits for the helper; the helper
+    answers with its pieces as columns (`_Builder.share`) or the error it met."""
+
+    def __init__(self, ctx) -> None:
+        import queue
+        import threading
+
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=_helper_main, args=(theirs,), daemon=True, name="dstrace-decode")
+        self.proc.start()
+        theirs.close()
+        self.waiting: queue.Queue = queue.Queue(2)
+        self.broken: BaseException | None = None
+        self.thread = threading.Thread(target=self._send, name="dstrace-hand-off", daemon=True)
+        self.thread.start()
+
+    def _send(self) -> None:
+        while (item := self.waiting.get()) is not None:
+            if self.broken is None:
+                try:
+                    self.conn.send_bytes(item)
+                except OSError as exc:  # the helper is gone: the caller decodes alone
+                    self.broken = exc
+        if self.broken is None:
+            with contextlib.suppress(OSError):
+                self.conn.send_bytes(b"")
+
+    def hand(self, k: int, piece) -> None:
+        self.waiting.put(k.to_bytes(8, "little") + piece)
+
+    def answer(self) -> tuple:
+        """(None, shared pieces) or (the helper's error, None); raises OSError/EOFError when it died."""
+        self.waiting.put(None)
+        self.thread.join()
+        if self.broken is not None:
+            raise self.broken
+        return self.conn.recv()
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.broken = self.broken or OSError("stopped")
+            with contextlib.suppress(Exception):
+                while True:
+                    self.waiting.get_nowait()
+            self.waiting.put(None)
+        self.proc.terminate()
+        self.proc.join()
+        self.conn.close()
+
+
+def _helper_main(conn) -> None:
+    """The helper process: decode each piece handed over; after the last, send back the pieces (or the first
+    error, having read on to the end, so the sender never blocks on a helper that stopped reading)."""
+    b, error = _Builder(), None
+    with _no_collections():
+        while message := conn.recv_bytes():
+            if error is None:
+                try:
+                    with memoryview(message) as view:
+                        b.add(EVENTS.decode(view[8:]), int.from_bytes(view[:8], "little"))
+                except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+                    error = exc
+        try:
+            conn.send((error, None) if error is not None else (None, b.share()))
+        except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
+            conn.send((ValueError(str(error)), None))
+    conn.close()
+
+
+def _read_split(path: str, ways: int) -> tuple[dict, Columns]:
+    """The pieces decoded by `ways` processes at once: this one inflates the file (in its own thread),
+    decodes every ways-th piece and hands the others to `ways - 1` forked helpers, then joins their columns
+    to its own. Helpers that cannot start or die leave the decode to this process alone."""
+    import multiprocessing
+
+    helpers: list[_Helper] = []
+    try:
+        if ways > 1 and "fork" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("fork")
+            with contextlib.suppress(Exception):  # no process to fork (limits, a daemonic caller)
+                while len(helpers) < ways - 1:
+                    helpers.append(_Helper(ctx))
+        head, b = _read_pieces(path, helpers)
+        try:
+            answers = [h.answer() for h in helpers]
+        except (OSError, EOFError):
+            head, b = _read_pieces(path)
+            answers = []
+        for error, shared in answers:
+            if error is not None:
+                raise error
+            b.absorb(shared)
+    finally:
+        for h in helpers:
+            h.close()
     return head, b.finish()
 
 
@@ -367,18 +501,18 @@ def _no_collections():
             gc.enable()
 
 
-def read_trace(path: str) -> tuple[dict, Columns]:
-    """The trace's metadata (every top-level key but traceEvents) and its complete events as columns.
-    Any damage, or a file the limits refuse (`untrusted`), becomes a ValueError whose message says what
-    is wrong with the file."""
+def read_trace(path: str, ways: int = 1) -> tuple[dict, Columns]:
+    """The trace's metadata (every top-level key but traceEvents) and its complete events as columns,
+    decoded by `ways` processes. Any damage, or a file the limits refuse (`untrusted`), becomes a ValueError
+    whose message says what is wrong with the file."""
     with _no_collections():
-        return _read_trace(path)
+        return _read_trace(path, ways)
 
 
-def _read_trace(path: str) -> tuple[dict, Columns]:
+def _read_trace(path: str, ways: int) -> tuple[dict, Columns]:
     try:
         try:
-            return _read_pieces(path)
+            return _read_split(path, ways)
         except (_NotKineto, msgspec.DecodeError) as exc:
             problem = exc
         try:

@@ -4,7 +4,9 @@ A run folder may come from anyone. A file named like a trace may be a FIFO (open
 a device, a gzip that inflates a thousandfold (9 MB of zeros is 9 GB), or gigabytes of JSON. Every
 file the analysis reads goes through `open_regular`; traces and summaries through `json_chunks` as well,
 which inflates piece by piece and stops at the limits below with a `Refused` that says what is wrong.
-Standard library only: the kept report's key (`report_cache`) uses it without importing pandas.
+Standard library only, but for ISA-L's inflate (`isal`, 3-4x zlib's speed), imported at the first gzip
+where it is installed: a recorded job imports this module and must import nothing it would not; the kept
+report's key (`report_cache`) uses it without importing pandas.
 """
 from __future__ import annotations
 
@@ -86,10 +88,21 @@ def json_chunks(path: str, size: int = 8 << 20, limit: int = MAX_JSON_BYTES) -> 
         yield from _inflate(f, size, limit)
 
 
+def _gzip_module():
+    """ISA-L's zlib-compatible inflate where isal is installed, else the standard library's."""
+    try:
+        from isal import isal_zlib
+
+        return isal_zlib
+    except ImportError:  # a platform without isal's wheels: a third of the speed
+        return zlib
+
+
 def _inflate(f, size: int, limit: int) -> Iterator[bytes]:
     """gzip members one after the other, as `gzip` reads them; zero padding after the last is ignored."""
+    gz = _gzip_module()
     read = out = 0
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    d = gz.decompressobj(16 + zlib.MAX_WBITS)
     pending = b""
     while True:
         if not pending:
@@ -99,11 +112,11 @@ def _inflate(f, size: int, limit: int) -> Iterator[bytes]:
             rest = pending.lstrip(b"\0")
             pending = b""
             if rest:
-                d, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
+                d, pending = gz.decompressobj(16 + zlib.MAX_WBITS), rest
             continue
         try:
             piece = d.decompress(pending, size) if pending else d.flush()
-        except zlib.error as exc:
+        except gz.error as exc:
             raise ValueError(f"truncated or corrupt gzip ({exc})") from None
         out += len(piece)
         if out > limit:

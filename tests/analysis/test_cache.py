@@ -36,6 +36,9 @@ def reference_events_frame(trace_events: list) -> pd.DataFrame:
         row.extend(args.get(key) for _, key in loading.ARG_COLUMNS)
         rows.append(row)
     df = pd.DataFrame(rows, columns=["name", "cat", "pid", "tid", "ts", "dur"] + [c for c, _ in loading.ARG_COLUMNS])
+    for i, (col, _) in enumerate(loading.ARG_COLUMNS):  # text args stay plain objects, None where absent
+        if df[col].dtype.kind not in "iuf":
+            df[col] = pd.Series([row[6 + i] for row in rows], dtype=object) if rows else df[col].astype(object)
     df["name"] = df["name"].astype(str)
     df["cat"] = df["cat"].astype(str)
     df["end"] = df["ts"] + df["dur"]
@@ -84,13 +87,53 @@ def test_events_frame_matches_the_json_loads_frame(tmp_path):
 def test_kineto_layout_is_parsed_in_pieces_like_the_whole_file(monkeypatch):
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     monkeypatch.setattr(tracefile, "CHUNK_BYTES", 1 << 20)  # many pieces
-    meta, pieces = tracefile._read_pieces(path)
+    meta, builder = tracefile._read_pieces(path)
+    pieces = builder.finish()
     whole_meta, whole = tracefile._read_whole(path)
     assert meta == whole_meta and len(pieces) == len(whole) > 0
     assert_same_events(loading.events_frame(pieces), loading.events_frame(whole))
     with gzip.open(path) as f:
         events = json.loads(f.read())["traceEvents"]
     assert_same_events(loading.events_frame(pieces), reference_events_frame(events))
+
+
+def same_columns(a: tracefile.Columns, b: tracefile.Columns) -> None:
+    """Equal decodes: the same rows and values, whatever the order of the code tables."""
+    assert len(a) == len(b) > 0 and a.present == b.present and a.ts_all_int == b.ts_all_int
+    for field in ("position", "ts", "dur", "has_dur"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+    for c in tracefile.CODED:
+        assert [a.tables[c][i] for i in a.codes[c]] == [b.tables[c][i] for i in b.codes[c]], c
+    for c, x in a.args.items():
+        y = b.args[c]
+        assert x.dtype == y.dtype, c
+        assert np.array_equal(x, y, equal_nan=True) if x.dtype != object else x.tolist() == y.tolist(), c
+
+
+@pytest.mark.parametrize("ways", [2, 3])
+def test_a_trace_decoded_by_several_processes_is_the_trace_decoded_by_one(monkeypatch, ways):
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    monkeypatch.setattr(tracefile, "CHUNK_BYTES", 1 << 20)  # many pieces, handed out in turn
+    meta, alone = tracefile.read_trace(path)
+    split_meta, split = tracefile.read_trace(path, ways)
+    assert split_meta == meta
+    same_columns(split, alone)
+
+
+def test_damage_in_a_helpers_piece_is_reported_as_when_decoded_alone(tmp_path, monkeypatch):
+    """A bad value in the second piece (decoded by the helper) gives the message the single decode gives."""
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    with gzip.open(path) as f:
+        text = f.read()
+    at = text.index(b'"ts": ', (4 << 20) + 4096)  # in piece 3 of the 1 MiB pieces: the helper's, with ways=2
+    damaged = tmp_path / "host_rank0.1.pt.trace.json"
+    damaged.write_bytes(text[:at] + b'"ts": "soon", "was": ' + text[at + 6:])
+    monkeypatch.setattr(tracefile, "CHUNK_BYTES", 1 << 20)
+    with pytest.raises(ValueError) as alone:
+        tracefile.read_trace(str(damaged))
+    with pytest.raises(ValueError) as split:
+        tracefile.read_trace(str(damaged), 2)
+    assert str(split.value) == str(alone.value) and "ts" in str(alone.value)
 
 
 def test_hta_frame_gives_what_htas_own_parse_gives():
