@@ -77,12 +77,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def record_zero3_chat(run_dir: str, *script_args: str, launcher: str = "torchrun", env=None):
+def record_zero3_chat(run_dir: str, *script_args: str, launcher: str = "torchrun", env=None,
+                      options: tuple[str, ...] = ()):
     if launcher == "torchrun":
         command = [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port())]
     else:
         command = [tool("deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
-    return dstrace("record", "-o", run_dir, "--", *command, os.path.join(LAUNCH, "zero3_chat.py"),
+    return dstrace("record", "-o", run_dir, *options, "--", *command, os.path.join(LAUNCH, "zero3_chat.py"),
                    "--size", "tiny", *script_args, env=env)
 
 

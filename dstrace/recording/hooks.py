@@ -1,7 +1,8 @@
 """The instrumented entry points: DeepSpeed's initialize / init_inference / zero.Init, the ZeRO-3
 parameter fetch, release and all-gather, HF generate(), any model's chat(), and each forward step; for
 other workloads, the iteration triggers of the window (torch optimizer steps, DeepSpeed engine.step(), DDP
-and FSDP forwards, torch.profiler step()) and torch-native TP's parallelize_module.
+and FSDP forwards, torch.profiler step()), torch-native TP's parallelize_module, and the torch.distributed
+collectives, where the time-based window also ticks.
 
 Each wrapper keeps the wrapped function's behaviour exactly: arguments, return value and exceptions
 pass through untouched, and dstrace's own work runs inside `session.guard`, so a failure there is
@@ -13,6 +14,8 @@ import functools
 import inspect
 import json
 import os
+import re
+import sys
 import time
 
 from . import ranges, session
@@ -434,6 +437,69 @@ def patch_tensor_parallel(module) -> None:
     _wrap(module, "parallelize_module", make)
 
 
+# ---- collectives: where the time-based window ticks in a job that calls no nn.Module ------------------
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter",
+               "reduce_scatter_tensor", "reduce_scatter_single", "broadcast", "reduce", "all_to_all",
+               "all_to_all_single", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+               "batch_isend_irecv", "gather", "scatter", "all_gather_object", "gather_object",
+               "broadcast_object_list", "scatter_object_list", "send_object_list", "recv_object_list",
+               "_all_gather_base", "_reduce_scatter_base")
+"""The c10d Python API a comm benchmark's loop calls; each one this torch has is wrapped."""
+
+
+def _compiling(torch):
+    """A function that says whether dynamo (or export) is tracing the call, one dynamo folds to a constant:
+    `torch.compiler.is_compiling` from torch 2.3, `torch._dynamo.is_compiling` before (only when dynamo has been
+    imported: if it has not, nothing is compiling). Looked up at the call: torch is still being imported when
+    distributed_c10d is patched."""
+    version = tuple(int(n) for n in re.findall(r"\d+", str(getattr(torch, "__version__", "")))[:2])
+    if version >= (2, 3):
+        return lambda: torch.compiler.is_compiling()
+
+    def compiling_before_2_3() -> bool:
+        is_compiling = getattr(sys.modules.get("torch._dynamo"), "is_compiling", None)
+        return is_compiling is not None and is_compiling()
+    return compiling_before_2_3
+
+
+def patch_collectives(module) -> None:
+    """torch.distributed's collectives, where the time-based window ticks too (`session.collective_tick`), so that
+    a job without a model, which never calls an nn.Module (a loop of bare all_reduce / all_gather_into_tensor /
+    broadcast / barrier), gets its window. Patched as distributed_c10d is imported, before torch.distributed's
+    `from .distributed_c10d import *` and `_functional_collectives`' `legacy_*` names bind them: dynamo's
+    traceable_collective_remaps is keyed by these wrappers, so torch.compile still rewrites the calls it traces
+    to functional collectives, never entering a wrapper; a wrapper it does trace calls the collective straight
+    away (`_compiling`). Untraced and with no window due, a call costs the compile check and one look-up."""
+    compiling = _compiling(sys.modules["torch"])
+
+    def make(original):
+        def collective(*args, **kwargs):
+            if compiling():
+                return original(*args, **kwargs)
+            tick = session.collective_tick
+            if tick is not None:
+                tick()
+            return original(*args, **kwargs)
+        return collective
+
+    for name in COLLECTIVES:
+        _wrap(module, name, make)
+
+
+def _parameter_registered(module, name, param) -> None:
+    session.model_built = True
+
+
+def patch_parameter_registration(module) -> None:
+    """Note the first nn.Module parameter the process registers (`session.model_built`): from then on the
+    collectives do not tick the time-based window. torch's global registration hook (torch >= 2.0) stays: a
+    hook cannot be removed while torch iterates over the hooks, and one assignment per parameter costs nothing
+    beside building it."""
+    register = getattr(module, "register_module_parameter_registration_hook", None)
+    if register is not None:
+        register(_parameter_registered)
+
+
 # Module name -> what to patch once it has been imported.
 PATCHES = {
     "deepspeed": patch_deepspeed,
@@ -449,4 +515,6 @@ PATCHES = {
     "torch.distributed.fsdp.fully_sharded_data_parallel": patch_fsdp1,
     "torch.profiler.profiler": patch_profiler,
     "torch.distributed.tensor.parallel.api": patch_tensor_parallel,
+    "torch.distributed.distributed_c10d": patch_collectives,
+    "torch.nn.modules.module": patch_parameter_registration,
 }

@@ -365,7 +365,7 @@ def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
 def window_text(w: Window) -> str:
     """Which trigger opened a rank's window and what it covered, as `record` prints it."""
     if w.trigger == TIME_TRIGGER:
-        return f"time: {w.seconds:g} s from the first module call {w.after_s:g} s after the rank started"
+        return f"time: {w.seconds:g} s from the first module or collective call {w.after_s:g} s after the rank started"
     if w.trigger == GENERATE_TRIGGER:
         return f"generate steps: call {w.call}, steps {', '.join(map(str, w.recorded_steps))}"
     return f"{w.trigger}: iterations {', '.join(map(str, w.recorded_steps))}"

@@ -201,20 +201,26 @@ class RankSession:
                 self.flush()
 
     def _await_time_window(self) -> None:
-        """Arm the time-based window once it is due: a global module forward pre-hook, so that the profiler
-        starts and stops on the job's own thread (Kineto records only the thread that started it)."""
+        """Arm the time-based window once it is due: a global module forward pre-hook, and the tick the
+        torch.distributed collectives call (`collective_tick`, for a job without a model: a loop of bare
+        collectives), so that the profiler starts and stops on the job's own thread (Kineto records only the
+        thread that started it)."""
+        global collective_tick
         time.sleep(self.window.options.after)
         while not self._finished and not self.window.taken:
             torch = sys.modules.get("torch")
             if torch is not None and hasattr(torch, "nn"):
                 with self.guard("time window"):
+                    collective_tick = self._collective_tick
                     self._time_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._time_tick)
                 return
             time.sleep(1.0)
 
-    def _time_tick(self, module, inputs) -> None:
-        """Never inside a generation call (its steps may be the window), and gone once a trigger's own window
-        has opened or an iteration trigger was seen: every module call pays for a global hook."""
+    def _time_tick(self, *hook_args) -> None:
+        """The time-based window's tick, at a module call (the forward pre-hook's `module, inputs` are not
+        needed) or a collective call. Only on the job's main thread; never inside a generation call (its steps
+        may be the window); and gone once a trigger's own window has opened or an iteration trigger was seen:
+        every module and collective call pays for it."""
         if threading.current_thread() is not threading.main_thread():
             return
         with self.guard("time window"):
@@ -228,7 +234,17 @@ class RankSession:
                         if w.record.trigger == TIME_TRIGGER:
                             self.flush()
 
+    def _collective_tick(self) -> None:
+        """The time tick at a collective call, in a process without a model (`model_built`) only."""
+        global collective_tick
+        if model_built:
+            collective_tick = None
+        else:
+            self._time_tick()
+
     def _drop_time_hook(self) -> None:
+        global collective_tick
+        collective_tick = None
         hook, self._time_hook = self._time_hook, None
         if hook is not None:  # None: the timer thread has not stored the handle yet; the next call removes it
             hook.remove()
@@ -278,6 +294,15 @@ def collect_environment(m: Manifest) -> None:
 
 
 _session: RankSession | None = None
+collective_tick = None
+"""The session's `_collective_tick` while its time-based window is due and not over, else None: the wrappers of
+the torch.distributed collectives (hooks.patch_collectives) call it, and cost one look-up when it is None."""
+model_built = False
+"""Whether this process has registered an nn.Module parameter (hooks.patch_parameter_registration). Collectives
+tick the time-based window only in a process that has not: a job with a model calls its modules (they tick) and
+most often has a trigger of its own coming, and its setup's collectives (zero.Init's broadcasts, a barrier
+around data preparation, a checkpoint's loading) must not open the window before that trigger, which would then
+need a second profiler (on a GPU it may record no device activity)."""
 _session_lock = threading.Lock()
 _pending_errors: list[str] = []  # noted before this process became a rank (patch failures at import)
 

@@ -9,9 +9,10 @@ has (`TRIGGERS`, most telling first):
   DDP / FSDP root module's forward calls, or the job's own `torch.profiler` `step()`. The window opens at
   boundary `start` of the most telling one the job has shown and closes `steps` boundaries later; each
   iteration is a `ProfilerStep#n` range, as torch's own `profile.step()` writes it;
-- `time`: a job with none of those (an inference loop of its own) gets a window `seconds` long, opened at
-  the first module call `after` seconds after the rank started. A trigger above, arriving later,
-  replaces it: the time window is written only at exit.
+- `time`: a job with none of those (an inference loop of its own, a loop of bare collectives) gets a window
+  `seconds` long, opened at the first nn.Module call `after` seconds after the rank started, or the first
+  torch.distributed collective call then in a process that has built no model (one without a parameter). A
+  trigger above, arriving later, replaces it: the time window is written only at exit.
 
 The profiler can only be started and stopped on the thread the job runs its work on (Kineto records the
 starting thread), so every opening and closing happens inside a hook on the job's own thread.
@@ -186,7 +187,8 @@ class ProfilerWindow:
 
     # ---- time ----------------------------------------------------------------------------------
     def time_tick(self, now: float) -> bool:
-        """At a module call on the job's thread once the time-based window is due; False once it is over."""
+        """At a module or collective call on the job's thread once the time-based window is due; False once
+        it is over."""
         if self.taken or self.options.mode != "full":
             return False
         if self._prof is None and not self._done:

@@ -1,15 +1,18 @@
-"""End to end beyond generate(): torch DDP training and torch-native TP, recorded unchanged on two gloo ranks,
-and the calls around a chat() window, each asserted through what `record` and `analyze` say."""
+"""End to end beyond generate(): torch DDP training, torch-native TP and a loop of bare collectives, recorded
+unchanged on two gloo ranks, and the calls around a chat() window, each asserted through what `record` and
+`analyze` say."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import sys
 
 import pytest
 
-from tests.conftest import LAUNCH, dstrace, free_port, manifests, read_json, read_trace, tool, traces
+from tests.conftest import (LAUNCH, dstrace, free_port, manifests, read_json, read_trace, record_zero3_chat, tool,
+                            traces)
 
 
 def record_torchrun(run_dir: str, script: str, *args: str, options: tuple[str, ...] = ()):
@@ -103,12 +106,43 @@ def test_torch_native_tp_measured_from_dtensors(tp_run):
 
 def test_time_window_for_a_loop_of_its_own(tp_run):
     run_dir, result = tp_run
-    assert "window on time: 0.5 s from the first module call 1 s after the rank started" in result.stderr
+    assert "window on time: 0.5 s from the first module or collective call 1 s after the rank started" in result.stderr
     assert len(traces(run_dir)) == 2
     a = analysis(run_dir)
     assert not any(f["id"] == "tp-not-applied" for f in a["findings"])
     for r in ("0", "1"):  # RowwiseParallel all-reduces each down_proj's output: two per forward
         assert a["ranks"][r]["collectives"]["AllReduce"]["count"] >= 4
+
+
+def test_time_window_for_a_loop_of_bare_collectives(tmp_path):
+    """A comm benchmark (nccl-tests style): only broadcast, all_reduce, all_gather_into_tensor and barrier on
+    tensors, no nn.Module, no optimizer. The time-based window ticks at the collective calls, so both ranks get a
+    trace holding them; the job prints and exits as it would without dstrace."""
+    run_dir = str(tmp_path / "comm")
+    result = record_torchrun(run_dir, "comm_bench.py", "--seconds", "5",
+                             options=("--window-after", "1", "--window-seconds", "2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = sorted(result.stdout.splitlines())
+    assert len(lines) == 4, result.stdout
+    for rank in (0, 1):  # every result checked by the job, every iteration
+        assert lines[2 * rank] == (f"rank {rank} of 2: all_reduce 3, all_gather_into_tensor ranks 0-1, "
+                                   "broadcast from rank 0: correct")
+    counts = [re.fullmatch(rf"rank {r}: (\d+) iterations, [\d.]+ ms per iteration", lines[2 * r + 1]) for r in (0, 1)]
+    assert all(counts) and counts[0].group(1) == counts[1].group(1) and int(counts[0].group(1)) > 0, lines
+    assert "ranks 0, 1: window on time: 2 s from the first module or collective call 1 s after the rank started" \
+        in result.stderr
+    assert read_json(os.path.join(run_dir, "run.json"))["status"] == "complete" and len(traces(run_dir)) == 2
+    ms = manifests(run_dir)
+    assert sorted(ms) == [0, 1]
+    for m in ms.values():
+        w = m["window"]
+        assert w["trigger"] == "time" and w["trace_file"] and w["iterations"] == {} and m["hook_errors"] == []
+    a = analysis(run_dir)
+    for r in ("0", "1"):
+        collectives = a["ranks"][r]["collectives"]
+        assert {"AllReduce", "AllGather", "Broadcast", "Barrier"} <= set(collectives), collectives
+        all_reduce = collectives["AllReduce"]
+        assert all_reduce["count"] > 0 and all_reduce["bytes"] == all_reduce["count"] * 4 * (1 << 16)  # float32
 
 
 def test_calls_around_the_window(zero3_run):
@@ -214,6 +248,21 @@ def test_generate_steps_win_over_a_due_time_window(tmp_path):
     names = user_ranges(read_trace(path))
     assert sorted(n for n in names if n.startswith("dstrace/step#")) == ["dstrace/step#2", "dstrace/step#3",
                                                                          "dstrace/step#4"]
+
+
+def test_setup_collectives_leave_the_window_to_generate(tmp_path):
+    """The time-based window due during DeepSpeed's setup (a long load: 30 s and more on a real model): the
+    collectives of zero.Init and initialize do not open it, as the process has a model, so the decode steps get
+    the window and the only profiler; the trace holds no setup and one chat()."""
+    run_dir = str(tmp_path / "zero3_due")
+    result = record_zero3_chat(run_dir, "--max-new-tokens", "6", options=("--window-after", "0"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ranks 0, 1: window on generate steps: call 1, steps 2, 3, 4" in result.stderr
+    for path in traces(run_dir):
+        names = user_ranges(read_trace(path))
+        assert len(names["dstrace/chat"]) == len(names["dstrace/deepspeed.initialize"]) == 1
+        assert sorted(n for n in names if n.startswith("dstrace/step#")) == ["dstrace/step#2", "dstrace/step#3",
+                                                                             "dstrace/step#4"]
 
 
 def test_transformers_tp_plan_measured_from_dtensors(tmp_path):
