@@ -9,7 +9,7 @@ The cases, each run `--repeats` times in alternating order, each in a fresh proc
   cached-parse  dstrace analyze again with each trace's parse cache in place, the kept report deleted
   second  dstrace analyze again, every cache in place (the kept report comes back)
 Wall time is measured around the process, CPU time (user + system) from its resource usage; peak memory is the largest sum over the process and all its
-children (parse workers), sampled every 20 ms, of RSS and of PSS (proportional set size: a page shared
+children (parse workers), sampled every 20 ms, of RSS and (every 200 ms) of PSS (proportional set size: a page shared
 by n processes, like the libraries and the data forked workers inherit, counts 1/n in each, so the sum
 counts it once; RSS counts it in every process), and, separately, the main process's own peak RSS.
 
@@ -33,6 +33,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 
+PSS_EVERY = 10
+"""RSS is sampled every 20 ms (statm: cheap); PSS every 10th sample, since reading it walks every mapping of
+every process (smaps) and, at every sample, took about a third of a CPU from the process being measured."""
+
+
 def run_measured(cmd: list[str]) -> dict:
     """Run cmd; wall seconds, CPU seconds (user + system, the process and the children it waited for: parse
     workers), peak RSS and PSS of the whole process tree, peak RSS of the main process (bytes)."""
@@ -40,18 +45,20 @@ def run_measured(cmd: list[str]) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     ps = psutil.Process(proc.pid)
     tree_peak = main_peak = pss_peak = 0
+    tick = 0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
         try:
             procs = [ps] + ps.children(recursive=True)
-            full = [p.memory_full_info() for p in procs]
-            rss = [m.rss for m in full]
+            rss = [p.memory_info().rss for p in procs]
             tree_peak, main_peak = max(tree_peak, sum(rss)), max(main_peak, rss[0])
-            pss_peak = max(pss_peak, sum(m.pss for m in full))
+            if tick % PSS_EVERY == 0:
+                pss_peak = max(pss_peak, sum(p.memory_full_info().pss for p in procs))
         except psutil.Error:
             pass
+        tick += 1
         time.sleep(0.02)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -30,19 +30,25 @@ def gpu_idle(events: pd.DataFrame) -> pd.DataFrame:
     return intervals.gaps(intervals.merge(k["ts"], k["end"]))
 
 
-def host_during_idle(ev: pd.DataFrame) -> dict:
-    """GPU idle time per host range kind and per outermost CPU op overlapping it, largest first."""
+def host_work(ev: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the host did: dstrace's ranges (name, ts, dur, end; the whole-call ones left out) and the outermost
+    CPU ops. Found once per rank: the idle-time attribution and each step's work read both."""
+    ranges = ev.loc[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("dstrace/")
+                    & ~ev["name"].str.match(WHOLE_CALL_RANGES), ["name", "ts", "dur", "end"]]
+    ops = intervals.top_level(ev.loc[ev["cat"] == "cpu_op", ["name", "pid", "tid", "ts", "dur", "end"]])
+    return ranges, ops
+
+
+def host_during_idle(ev: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> dict:
+    """GPU idle time per host range kind and per outermost CPU op overlapping it (`host_work`), largest first."""
     idle = gpu_idle(ev)
     out = {"gpu_idle_us": intervals.total(idle), "in_dstrace_ranges": {}, "top_cpu_ops": {}}
     if idle.empty:
         return out
-    ranges = ev[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("dstrace/")
-                & ~ev["name"].str.match(WHOLE_CALL_RANGES)]
     if len(ranges):
         overlap = pd.Series(intervals.covered(idle, ranges["ts"], ranges["end"]), index=ranges.index)
         by_label = overlap.groupby(ranges["name"].map(range_label).astype(str)).sum().sort_values(ascending=False)
         out["in_dstrace_ranges"] = {k: float(v) for k, v in by_label.head(TOP_HOST_ITEMS).items() if v > 0}
-    ops = intervals.top_level(ev.loc[ev["cat"] == "cpu_op", ["name", "pid", "tid", "ts", "dur", "end"]])
     if len(ops):
         overlap = pd.Series(intervals.covered(idle, ops["ts"], ops["end"]), index=ops.index)
         by_name = overlap.groupby(ops["name"]).sum().sort_values(ascending=False)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import collectives, host, intervals, utilization
+from dstrace.analysis import collectives, host, utilization
 from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, DSTRACE_STEP, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
@@ -71,7 +71,7 @@ STEP_WORK_ITEMS = 8
 """Host items kept per step: enough to name what grew between steps, small enough to cache."""
 
 
-def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> list[dict]:
+def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> list[dict]:
     """Per step of the rank's first step source: `gpu_us` (kernel time launched in it) and `host_us` (the
     time of each outermost CPU op and each dstrace range kind inside it, largest first): what a step-time
     shift compares before and after the change."""
@@ -80,9 +80,6 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame) -> list[dict]:
     first = steps[steps["source"] == steps["source"].iloc[0]].sort_values("ts")
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
     kernels = events.loc[events["is_gpu"], ["ts", "dur"]]
-    ops = intervals.top_level(events.loc[events["cat"] == "cpu_op", ["name", "pid", "tid", "ts", "dur", "end"]])
-    ranges = events.loc[(events["cat"] == "user_annotation") & events["name"].str.startswith("dstrace/")
-                        & ~events["name"].str.match(host.WHOLE_CALL_RANGES), ["name", "ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
                             pd.DataFrame({"name": "dstrace/" + ranges["name"].map(host.range_label),
                                           "ts": ranges["ts"], "dur": ranges["dur"]})], ignore_index=True)
@@ -118,12 +115,13 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: dict | None = None) 
     has_gpu = bool(events["is_gpu"].any()) if len(events) else False
     coll = collectives.rank_collectives(events, has_gpu, world_size)
     steps = step_ranges(events)
+    work = host.host_work(events)
     if has_gpu:
         util = utilization.utilization(events, coll, "gpu")
-        host_time = host.host_during_idle(events)
+        host_time = host.host_during_idle(events, *work)
     else:
         util = utilization.utilization(events, coll, "cpu", _own_window(steps))
         host_time = {}
     return RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
                          utilization=util, host_time=host_time, hta=hta if has_gpu else None,
-                         step_work=step_work(events, steps), accelerator_events=accelerator_events(events))
+                         step_work=step_work(events, steps, *work), accelerator_events=accelerator_events(events))

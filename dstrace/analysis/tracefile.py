@@ -186,15 +186,14 @@ class _Builder:
     def _codes(self, column: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """int32 codes of the values into the column's table, and for cat and name whether each value calls
         for the event's args."""
-        local, uniques = pd.factorize(values, use_na_sentinel=False)
-        codes = np.empty(len(uniques), dtype=np.int32)
+        local, uniques = pd.factorize(values)  # JSON null (None) is code -1: the last entry of `codes`
+        codes = np.empty(len(uniques) + 1, dtype=np.int32)
         for i, value in enumerate(uniques):
-            if isinstance(value, float) and value != value:  # factorize's NaN for JSON null: keep null
-                value = None
             codes[i] = self._code_of(column, value)
+        codes[-1] = self._code_of(column, None) if (local < 0).any() else -1
+        coded = codes[local]
         flags = self.wants_args.get(column)
-        wants = None if flags is None else np.array([flags[c] for c in codes], dtype=bool)[local]
-        return codes[local], wants
+        return coded, None if flags is None else np.array(flags, dtype=bool)[coded]
 
     def add(self, events: list[Event], k: int = 0) -> None:
         """Add piece `k`, its complete events: one list comprehension per field, then numpy over the field's
