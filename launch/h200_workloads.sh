@@ -22,6 +22,7 @@ TR="torchrun --nproc_per_node 2"
 record ddp-resnet50 100 -- $TR --master_port 29501 launch/ddp_train.py --timm resnet50 --image 224 --batch 64 --bucket-mb 25 --steps 12
 record fsdp2 80 -- $TR --master_port 29502 launch/fsdp2_train.py --dim 2048 --layers 8 --batch 16 --steps 10
 record torch-tp 80 --window-after 5 --window-seconds 1 -- $TR --master_port 29503 launch/tp_mlp.py --dim 4096 --hidden 16384 --layers 8 --steps 4000
+record comm-bench 90 --window-after 5 --window-seconds 1 -- $TR --master_port 29507 launch/comm_bench.py --seconds 15 --numel 16777216
 record accelerate 80 -- accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no --main_process_port 29504 launch/accelerate_generate.py --hidden 1024 --layers 8 --prompts 4 --max-new-tokens 32
 # DeepSpeed 0.19.8's op builder cannot parse the image's arch list ('9.0a'): name the H200's plainly.
 export TORCH_CUDA_ARCH_LIST=9.0

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 import uuid
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -57,7 +58,7 @@ def add_arguments(parser) -> None:
                         help="how many forward steps to profile (default 3)")
     parser.add_argument("--window-after", type=float, default=30.0, metavar="SECONDS",
                         help="a job without generate(), optimizer steps, engine.step(), DDP/FSDP forwards or "
-                             "profiler steps gets a time-based window this long after each rank starts (default 30)")
+                             "profiler steps gets a time-based window this long after recording starts (default 30)")
     parser.add_argument("--window-seconds", type=float, default=2.0, metavar="SECONDS",
                         help="how long the time-based window lasts (default 2)")
     parser.add_argument("--force", action="store_true", help="record into a run folder that has files")
@@ -188,7 +189,8 @@ def child_environment(run_dir: str, run_id: str, opts: RecordOptions,
     env["PYTHONPATH"] = injected_pythonpath(env.get("PYTHONPATH"))
     env[session.ENV_RUN_DIR] = run_dir
     env[session.ENV_RUN_ID] = run_id
-    env[session.ENV_WINDOW] = opts.window.to_env()
+    # the time-based window falls due at one moment on every rank (`ProfilerWindow.time_tick`)
+    env[session.ENV_WINDOW] = dataclasses.replace(opts.window, due=time.time() + opts.window.after).to_env()
     if opts.window.mode == "full":
         # Kineto leaves CUPTI attached after the window unless told to tear it down, which slows every
         # later kernel launch (pytorch/pytorch#144455); the user's own setting wins.
@@ -365,7 +367,8 @@ def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
 def window_text(w: Window) -> str:
     """Which trigger opened a rank's window and what it covered, as `record` prints it."""
     if w.trigger == TIME_TRIGGER:
-        return f"time: {w.seconds:g} s from the first module or collective call {w.after_s:g} s after the rank started"
+        return (f"time: {w.seconds:g} s at module or collective calls, {w.after_s:g} s after recording started, "
+                "once the profiler was ready")
     if w.trigger == GENERATE_TRIGGER:
         return f"generate steps: call {w.call}, steps {', '.join(map(str, w.recorded_steps))}"
     return f"{w.trigger}: iterations {', '.join(map(str, w.recorded_steps))}"

@@ -206,7 +206,8 @@ class RankSession:
         collectives), so that the profiler starts and stops on the job's own thread (Kineto records only the
         thread that started it)."""
         global collective_tick
-        time.sleep(self.window.options.after)
+        due = self.window.options.due  # the same moment on every rank of the node
+        time.sleep(max(0.0, due - time.time()) if due is not None else self.window.options.after)
         while not self._finished and not self.window.taken:
             torch = sys.modules.get("torch")
             if torch is not None and hasattr(torch, "nn"):

@@ -10,9 +10,11 @@ has (`TRIGGERS`, most telling first):
   boundary `start` of the most telling one the job has shown and closes `steps` boundaries later; each
   iteration is a `ProfilerStep#n` range, as torch's own `profile.step()` writes it;
 - `time`: a job with none of those (an inference loop of its own, a loop of bare collectives) gets a window
-  `seconds` long, opened at the first nn.Module call `after` seconds after the rank started, or the first
-  torch.distributed collective call then in a process that has built no model (one without a parameter). A
-  trigger above, arriving later, replaces it: the time window is written only at exit.
+  `seconds` long, due `after` seconds after `record` started (one moment for every rank of a node), made
+  ready at the first nn.Module call then, or the first torch.distributed collective call in a process that
+  has built no model (one without a parameter), and opened at one wall-clock moment on every rank once the
+  profilers are ready (`time_tick`). A trigger above, arriving later, replaces it: the time window is
+  written only at exit.
 
 The profiler can only be started and stopped on the thread the job runs its work on (Kineto records the
 starting thread), so every opening and closing happens inside a hook on the job's own thread.
@@ -39,6 +41,10 @@ TIME_TRIGGER = "time"
 ITERATION_TRIGGERS = ("optimizer.step", "deepspeed engine.step", "DistributedDataParallel.forward", "FSDP forward",
                       "profiler.step")
 TRIGGERS = (GENERATE_TRIGGER, *ITERATION_TRIGGERS, TIME_TRIGGER)
+GPU_READYING_S = 8.0
+"""Time a time-based window waits after falling due on a GPU, for every rank's profiler to be ready: on 2 x
+H200, CUPTI took ~2.5 s on each rank, one after the other (a rank readying holds up the peers waiting on it
+in a collective, which ready theirs once released)."""
 MARKER = "dstrace/window.open"
 """A range opened right after the profiler starts, between two perf_counter readings: where perf_counter's
 clock meets the trace's. Its end is the meeting point: the first range of a profiler spends a millisecond or
@@ -55,12 +61,14 @@ class WindowOptions:
     steps: int = 3
     after: float = 30.0
     seconds: float = 2.0
+    due: float | None = None  # unix time the time-based window falls due on every rank: `record`'s start + after
 
     def to_env(self) -> str:
-        """`mode=full,call=1,start=2,steps=3,after=30,seconds=2`: no quotes or spaces, so launchers that forward
-        the environment through a remote shell (DeepSpeed's pdsh/mpirun runners) pass it on unchanged."""
+        """`mode=full,call=1,start=2,steps=3,after=30,seconds=2,due=...`: no quotes or spaces, so launchers that
+        forward the environment through a remote shell (DeepSpeed's pdsh/mpirun runners) pass it on unchanged."""
+        due = "" if self.due is None else f",due={self.due:.3f}"
         return (f"mode={self.mode},call={self.call},start={self.start},steps={self.steps},"
-                f"after={self.after:g},seconds={self.seconds:g}")
+                f"after={self.after:g},seconds={self.seconds:g}{due}")
 
     @classmethod
     def from_env(cls, raw: str | None) -> "WindowOptions":
@@ -70,7 +78,8 @@ class WindowOptions:
         default = cls()
         return cls(mode=fields["mode"], call=int(fields["call"]), start=int(fields["start"]),
                    steps=int(fields["steps"]), after=float(fields.get("after", default.after)),
-                   seconds=float(fields.get("seconds", default.seconds)))
+                   seconds=float(fields.get("seconds", default.seconds)),
+                   due=float(fields["due"]) if "due" in fields else None)
 
 
 @dataclass
@@ -90,6 +99,9 @@ class ProfilerWindow:
         self.record = Window(mode=options.mode, call=options.call, start=options.start, steps=options.steps,
                              after_s=options.after if full else None, seconds=options.seconds if full else None)
         self._prof = None
+        self._started = False  # the profiler records (a time-based window's is made ready first: `time_tick`)
+        self._open_at: float | None = None  # unix time the ready time-based window starts recording
+        self._gpu = False
         self._done = False
         self._opened = self._closed = None  # perf_counter at the profiler's start and stop
         self._marker_slack_us = 0.0
@@ -98,17 +110,33 @@ class ProfilerWindow:
     @property
     def active(self) -> bool:
         """Collecting events now (stopped windows keep their events until export)."""
-        return self._prof is not None and not self._done
+        return self._prof is not None and self._started and not self._done
 
     @property
     def taken(self) -> bool:
         """A window opened by a trigger other than time: nothing else may open one."""
         return self.record.trigger not in (None, TIME_TRIGGER)
 
-    def _open(self, trigger: str) -> bool:
-        """Start the profiler; False when the job's own profiler is recording (only one may run)."""
+    def _prepare(self) -> bool:
+        """Make the profiler ready (Kineto and, on a GPU, CUPTI: seconds the first time on an H200) without
+        recording; False when the job's own profiler is recording (only one may run)."""
         import torch
         from torch.profiler import ProfilerActivity, profile
+
+        if torch.autograd.profiler._is_profiler_enabled:
+            return False
+        gpu = torch.cuda.is_available()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+        # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
+        self._prof = profile(activities=activities, record_shapes=not gpu)
+        self._prof.prepare_trace()
+        self._gpu = gpu
+        return True
+
+    def _open(self, trigger: str) -> bool:
+        """Start recording, the profiler made ready first unless the time-based window made it ready; False
+        when the job's own profiler is recording (only one may run)."""
+        import torch
 
         if self.record.trigger == TIME_TRIGGER:
             if self.active:  # the time-based window becomes this one: a second profiler in one process may see
@@ -116,13 +144,10 @@ class ProfilerWindow:
                 self.record.recorded_steps = []
                 return True
             self._discard()
-        if torch.autograd.profiler._is_profiler_enabled:
+        if self._prof is None and not self._prepare():
             return False
-        gpu = torch.cuda.is_available()
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-        # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
-        self._prof = profile(activities=activities, record_shapes=not gpu)
-        self._prof.start()
+        self._prof.start_trace()
+        self._started = True
         before = time.perf_counter()
         with torch.profiler.record_function(MARKER):
             pass
@@ -138,7 +163,7 @@ class ProfilerWindow:
         if self._prof is not None:
             self.stop()
             self._prof = None
-        self._done = False
+        self._done = self._started = False
         self.record.trigger = None
         self.record.recorded_steps = []
 
@@ -188,11 +213,29 @@ class ProfilerWindow:
     # ---- time ----------------------------------------------------------------------------------
     def time_tick(self, now: float) -> bool:
         """At a module or collective call on the job's thread once the time-based window is due; False once
-        it is over."""
+        it is over.
+
+        The first tick makes the profiler ready, which on a GPU takes seconds (CUPTI) and holds up every peer
+        waiting on this rank in a collective; those peers make theirs ready once released, holding this rank
+        up in turn. A window opened at once would spend its seconds waiting for the peers' profilers and
+        cover other calls than theirs (seen on 2 x H200: rank 0's 1 s window held 2.5 s of waiting and one
+        iteration, rank 1's the next 1000). So recording starts at one wall-clock moment on every rank,
+        GPU_READYING_S after the window fell due (`options.due`, the same on every rank of a node), by when
+        every profiler is ready (on a CPU, twice this rank's readying: milliseconds), and ends `seconds`
+        later on every rank, so that one rank's closing (CUPTI's teardown, a second or so) does not stall
+        another's window either."""
         if self.taken or self.options.mode != "full":
             return False
         if self._prof is None and not self._done:
-            return self._open(TIME_TRIGGER)
+            began = time.time()
+            if not self._prepare():
+                return False
+            ready = time.time()
+            readying = GPU_READYING_S if self._gpu else 2 * (ready - began)
+            self._open_at = max(ready, (self.options.due or began) + readying)
+            return True
+        if self._prof is not None and not self._started and not self._done:
+            return time.time() < self._open_at or self._open(TIME_TRIGGER)
         if self.active and self.record.trigger == TIME_TRIGGER:
             if now - self._opened < self.options.seconds:
                 return True
@@ -207,7 +250,9 @@ class ProfilerWindow:
                 self._step_range = None
             self._closed = time.perf_counter()
             ranges.set_profiling(False)
-            self._prof.stop()
+            if not self._started:  # made ready, never recording: start it so that it can be stopped
+                self._prof.start_trace()
+            self._prof.stop_trace()
             self._done = True
 
     def export(self, run_dir: str, worker: str, around: list[Span] = ()) -> str | None:
@@ -222,6 +267,8 @@ class ProfilerWindow:
             return None
         self.stop()
         prof, self._prof = self._prof, None
+        if not self._started:  # a time-based window made ready that the job ended before it opened
+            return None
         name = f"{worker}.{int(time.time() * 1000)}.pt.trace.json.gz"
         final = os.path.join(run_dir, name)
         fd, raw = tempfile.mkstemp(prefix=f".{name}.", suffix=".json.tmp", dir=run_dir)  # a name no link can hold

@@ -88,7 +88,7 @@ class Window:
     recorded_steps: list[int] = field(default_factory=list)
     trace_file: str | None = None
     trigger: str | None = None  # what opened it: "generate step", "optimizer.step", ..., "time" (TRIGGERS)
-    after_s: float | None = None  # the time-based window opens this long after the rank started...
+    after_s: float | None = None  # the time-based window falls due this long after recording started...
     seconds: float | None = None  # ...and lasts this long, when no iterative trigger came first
     iterations: dict[str, int] = field(default_factory=dict)  # iteration boundaries seen, per trigger
 

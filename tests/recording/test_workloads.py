@@ -106,7 +106,8 @@ def test_torch_native_tp_measured_from_dtensors(tp_run):
 
 def test_time_window_for_a_loop_of_its_own(tp_run):
     run_dir, result = tp_run
-    assert "window on time: 0.5 s from the first module or collective call 1 s after the rank started" in result.stderr
+    assert "window on time: 0.5 s at module or collective calls, 1 s after recording started, once the profiler was " \
+        "ready" in result.stderr
     assert len(traces(run_dir)) == 2
     a = analysis(run_dir)
     assert not any(f["id"] == "tp-not-applied" for f in a["findings"])
@@ -129,7 +130,8 @@ def test_time_window_for_a_loop_of_bare_collectives(tmp_path):
                                    "broadcast from rank 0: correct")
     counts = [re.fullmatch(rf"rank {r}: (\d+) iterations, [\d.]+ ms per iteration", lines[2 * r + 1]) for r in (0, 1)]
     assert all(counts) and counts[0].group(1) == counts[1].group(1) and int(counts[0].group(1)) > 0, lines
-    assert "ranks 0, 1: window on time: 2 s from the first module or collective call 1 s after the rank started" \
+    assert "ranks 0, 1: window on time: 2 s at module or collective calls, 1 s after recording started, once the " \
+        "profiler was ready" \
         in result.stderr
     assert read_json(os.path.join(run_dir, "run.json"))["status"] == "complete" and len(traces(run_dir)) == 2
     ms = manifests(run_dir)
@@ -143,6 +145,17 @@ def test_time_window_for_a_loop_of_bare_collectives(tmp_path):
         assert {"AllReduce", "AllGather", "Broadcast", "Barrier"} <= set(collectives), collectives
         all_reduce = collectives["AllReduce"]
         assert all_reduce["count"] > 0 and all_reduce["bytes"] == all_reduce["count"] * 4 * (1 << 16)  # float32
+    # Both windows cover the same calls: they open at one moment (a rank's window opened at once would be spent
+    # waiting for its peer's profiler to get ready, and cover other calls than the peer's).
+    spans = []
+    for path in traces(run_dir):
+        events = [e for e in read_trace(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+        (marker,) = user_ranges(read_trace(path))["dstrace/window.open"]
+        spans.append((marker["ts"], max(e["ts"] + e["dur"] for e in events)))
+    shared = min(end for _, end in spans) - max(start for start, _ in spans)
+    assert shared >= 0.5 * min(end - start for start, end in spans), spans
+    counts = [a["ranks"][r]["collectives"]["AllReduce"]["count"] for r in ("0", "1")]
+    assert min(counts) >= 0.5 * max(counts), counts
 
 
 def test_calls_around_the_window(zero3_run):
