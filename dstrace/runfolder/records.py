@@ -141,7 +141,7 @@ def why_no_trace(m: Manifest) -> str | None:
             return (f"the window (iterations {w.start}-{w.start + w.steps - 1} of {kind}) was never reached: "
                     f"{seen} {kind} ran (choose --window-start 0..{max(seen - 2, 0)})")
         return (f"no chat()/generate() call, optimizer step, engine.step(), DDP/FSDP forward or profiler step ran and "
-                f"the rank ended before the time-based window ({w.after_s:g} s after it started)")
+                f"the rank ended before the time-based window ({w.after_s:g} s after recording started)")
     if w.call > len(m.calls):
         return f"{wanted}: {len(m.calls)} call(s) ran; choose one with --window-call 1..{len(m.calls)}"
     steps = len(m.calls[w.call - 1].step_ms)

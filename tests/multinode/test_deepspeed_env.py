@@ -67,7 +67,9 @@ def test_deepspeed_runner_forwards_dstrace_to_other_nodes(tmp_path, monkeypatch)
     assert remote.returncode == 0, remote.stderr[-3000:]
     seen = json.loads(remote.stdout.strip().splitlines()[-1])
     assert seen["env"]["DSTRACE_RUN_DIR"] == str(run_dir) and seen["env"]["DSTRACE_RUN_ID"] == "ds-run"
-    assert seen["window"] == {"mode": "full", "call": 1, "start": 2, "steps": 4, "after": 30.0, "seconds": 2.0}
+    due = WindowOptions.from_env(env["DSTRACE_WINDOW"]).due  # one moment for every rank: forwarded as it is
+    assert seen["window"] == {"mode": "full", "call": 1, "start": 2, "steps": 4, "after": 30.0, "seconds": 2.0,
+                              "due": due} and due is not None
     assert seen["sitecustomize"] == os.path.join(launcher.BOOTSTRAP_DIR, "sitecustomize.py")
     paths = seen["pythonpath"].split(os.pathsep)
     assert paths[:2] == [launcher.BOOTSTRAP_DIR, "/opt/user/lib"]
