@@ -9,7 +9,7 @@ The cases, each run `--repeats` times in alternating order, each in a fresh proc
   cached-parse  dstrace analyze again with each trace's parse cache in place, the kept report deleted
   second  dstrace analyze again, every cache in place (the kept report comes back)
 Wall time is measured around the process, CPU time (user + system) from its resource usage; peak memory is the largest sum over the process and all its
-children (parse workers), sampled every 20 ms, of RSS and (every 200 ms) of PSS (proportional set size: a page shared
+children (parse workers), sampled every 20 ms, of RSS and, with --pss, every 200 ms of PSS (proportional set size: a page shared
 by n processes, like the libraries and the data forked workers inherit, counts 1/n in each, so the sum
 counts it once; RSS counts it in every process), and, separately, the main process's own peak RSS.
 
@@ -34,11 +34,12 @@ REPO = os.path.dirname(HERE)
 
 
 PSS_EVERY = 10
-"""RSS is sampled every 20 ms (statm: cheap); PSS every 10th sample, since reading it walks every mapping of
-every process (smaps) and, at every sample, took about a third of a CPU from the process being measured."""
+"""With --pss, PSS is read at every 10th sample: reading it walks every page table of every process (smaps),
+under the lock that a process's own page faults and unmappings take, so it slows the process measured (the
+8 x 300 MB analysis ran 26.5 s with PSS read every 200 ms and 21 s without)."""
 
 
-def run_measured(cmd: list[str]) -> dict:
+def run_measured(cmd: list[str], pss: bool = False) -> dict:
     """Run cmd; wall seconds, CPU seconds (user + system, the process and the children it waited for: parse
     workers), peak RSS and PSS of the whole process tree, peak RSS of the main process (bytes)."""
     t0 = time.perf_counter()
@@ -54,7 +55,7 @@ def run_measured(cmd: list[str]) -> dict:
             procs = [ps] + ps.children(recursive=True)
             rss = [p.memory_info().rss for p in procs]
             tree_peak, main_peak = max(tree_peak, sum(rss)), max(main_peak, rss[0])
-            if tick % PSS_EVERY == 0:
+            if pss and tick % PSS_EVERY == 0:
                 pss_peak = max(pss_peak, sum(p.memory_full_info().pss for p in procs))
         except psutil.Error:
             pass
@@ -66,7 +67,7 @@ def run_measured(cmd: list[str]) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "tree_peak_rss": tree_peak,
-            "tree_peak_pss": pss_peak, "main_peak_rss": main_peak}
+            "tree_peak_pss": pss_peak if pss else None, "main_peak_rss": main_peak}
 
 
 def clear_cache(folder: str, parse: bool = True) -> None:
@@ -84,6 +85,10 @@ def trace_sizes(folder: str) -> list[int]:
     return [uncompressed_size(p) for p in find_trace_files(folder)]
 
 
+def mb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.0f}"
+
+
 def summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
@@ -94,6 +99,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", default="hta,first,cached-parse,second")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--pss", action="store_true",
+                    help="also sample PSS, every 200 ms; it slows the measured process, so time runs go without it")
     args = ap.parse_args()
     folder = os.path.abspath(args.folder)
     py = sys.executable
@@ -112,10 +119,10 @@ def main() -> None:
                 subprocess.run(analyze, check=True, capture_output=True, cwd=REPO)
             if case == "cached-parse":
                 clear_cache(folder, parse=False)
-            results[case].append(run_measured(commands[case]))
+            results[case].append(run_measured(commands[case], args.pss))
             m = results[case][-1]
             print(f"{case:12s} run {i + 1}: {m['wall_s']:.2f} s ({m['cpu_s']:.2f} s CPU), tree peak RSS {m['tree_peak_rss'] / 1e6:.0f} MB, "
-                  f"PSS {m['tree_peak_pss'] / 1e6:.0f} MB, main peak RSS {m['main_peak_rss'] / 1e6:.0f} MB",
+                  f"PSS {mb(m['tree_peak_pss'])} MB, main peak RSS {m['main_peak_rss'] / 1e6:.0f} MB",
                   file=sys.stderr, flush=True)
     sizes = trace_sizes(folder)
     out = {"folder": folder, "machine": f"{platform.node()}: {psutil.cpu_count()} CPUs, "
@@ -124,7 +131,7 @@ def main() -> None:
            "load_average": os.getloadavg(),
            "cases": {c: {"wall_s": summary([m["wall_s"] for m in ms]), "cpu_s": summary([m["cpu_s"] for m in ms]),
                          "tree_peak_rss": summary([m["tree_peak_rss"] for m in ms]),
-                         "tree_peak_pss": summary([m["tree_peak_pss"] for m in ms]),
+                         "tree_peak_pss": summary([m["tree_peak_pss"] for m in ms]) if args.pss else None,
                          "main_peak_rss": summary([m["main_peak_rss"] for m in ms]), "runs": ms}
                      for c, ms in results.items()}}
     text = json.dumps(out, indent=2)
@@ -136,9 +143,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for c, r in out["cases"].items():
         w, t, p, m = r["wall_s"], r["tree_peak_rss"], r["tree_peak_pss"], r["main_peak_rss"]
+        pss = (mb(p["median"]), f"{p['median'] / out['largest_trace_bytes']:.2f}x") if p else ("-", "-")
         print(f"| {c} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | {r['cpu_s']['median']:.2f} | {t['median'] / 1e6:.0f} "
-              f"({t['min'] / 1e6:.0f}-{t['max'] / 1e6:.0f}) | {p['median'] / 1e6:.0f} | {m['median'] / 1e6:.0f} | "
-              f"{t['median'] / out['largest_trace_bytes']:.2f}x, {p['median'] / out['largest_trace_bytes']:.2f}x |")
+              f"({t['min'] / 1e6:.0f}-{t['max'] / 1e6:.0f}) | {pss[0]} | {m['median'] / 1e6:.0f} | "
+              f"{t['median'] / out['largest_trace_bytes']:.2f}x, {pss[1]} |")
 
 
 if __name__ == "__main__":
