@@ -124,16 +124,12 @@ def hta_frame(columns: Columns):
     from hta.common.trace import transform_correlation_to_index
     from hta.common.trace_symbol_table import TraceSymbolTable
 
-    def per_code(table: list, test) -> np.ndarray:
-        return np.array([test(v) for v in table] or [False], dtype=bool)
-
-    gpu_or_launch = per_code(columns.tables["cat"], lambda c: c in GPU_CATEGORIES or c in LAUNCH_CATEGORIES)
-    categorized = per_code(columns.tables["cat"], lambda c: c not in ("", None, "Trace"))
-    profiler_step = per_code(columns.tables["name"], lambda n: isinstance(n, str) and n.startswith("ProfilerStep"))
-    cat_codes, name_codes = columns.codes["cat"], columns.codes["name"]
+    gpu_or_launch = columns.per_row("cat", lambda c: c in GPU_CATEGORIES or c in LAUNCH_CATEGORIES)
+    categorized = columns.per_row("cat", lambda c: c not in ("", None, "Trace"))
+    profiler_step = columns.per_row("name", lambda n: isinstance(n, str) and n.startswith("ProfilerStep"))
     # the breakdowns read GPU work, the launches that link it to the host and the ProfilerStep ranges
     # (iterations, the window HTA keeps); the CPU ops, most of a trace, would only cost memory
-    kept = gpu_or_launch[cat_codes] | (profiler_step[name_codes] & categorized[cat_codes])
+    kept = gpu_or_launch | (profiler_step & categorized)
     rows = np.flatnonzero(columns.has_dur & kept)
     ts, dur = columns.ts[rows], columns.dur[rows]
     if not columns.ts_all_int:  # HTA's round_down_time_stamps
@@ -153,7 +149,7 @@ def hta_frame(columns: Columns):
         lookup[used[column]] = [ids[columns.tables[column][code]] for code in used[column].tolist()]
         return lookup[columns.codes[column][rows]]
 
-    step_rows = rows[profiler_step[name_codes[rows]]]
+    step_rows = rows[profiler_step[rows]]
     steps = pd.Series(_values(columns, "name", step_rows), index=columns.position[step_rows], dtype=object)
     data = {"index": pd.to_numeric(pd.Series(columns.position[rows]), downcast="integer").to_numpy(),
             "cat": symbol_ids("cat"), "name": symbol_ids("name"),

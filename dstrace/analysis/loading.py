@@ -102,7 +102,7 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
     categoricals of their text. Text args stay plain objects (None where absent): pandas would otherwise
     scan every row of each to infer a string type, for the few events (collectives) that have them."""
     n = len(columns)
-    is_gpu = np.array([c in GPU_CATEGORIES for c in columns.tables["cat"]] or [False], dtype=bool)[columns.codes["cat"]]
+    is_gpu = columns.per_row("cat", lambda c: c in GPU_CATEGORIES)
     data = {"name": _categorical(columns, "name"), "cat": _categorical(columns, "cat"),
             "pid": columns.values("pid"), "tid": columns.values("tid"), "ts": columns.ts, "dur": columns.dur,
             "end": columns.ts + columns.dur, "is_gpu": is_gpu}

@@ -128,6 +128,10 @@ class Columns:
     def __len__(self) -> int:
         return len(self.position)
 
+    def per_row(self, name: str, test) -> np.ndarray:
+        """`test(value)` for every row of a coded column, as booleans: run once per distinct value."""
+        return np.array([test(v) for v in self.tables[name]] or [False], dtype=bool)[self.codes[name]]
+
     def values(self, name: str, rows=slice(None)) -> np.ndarray:
         """A coded column's values at `rows`, typed as `infer_objects` would type them: int64 when every value
         is an integer (pid, tid), looked up once per distinct value, else objects."""
