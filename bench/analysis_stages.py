@@ -27,7 +27,7 @@ def stages(path: str) -> dict[str, float]:
 
     timed("decode, 1 process", lambda: tracefile.read_trace(path, 1))
     meta, columns = timed("decode, 2 processes", lambda: tracefile.read_trace(path, 2))
-    timed("HTA breakdowns", lambda: hta_breakdown.rank_breakdowns(path, meta, columns))
+    timed("HTA breakdowns", lambda: hta_breakdown.rank_breakdowns(path, meta, columns)())
     events = timed("events frame", lambda: loading.events_frame(columns))
     timed("reduction", lambda: reduction.reduce_rank(events, 1))
     return out

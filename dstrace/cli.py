@@ -5,7 +5,9 @@ Each verb is a module with `add_arguments(parser)` and `main(args) -> int`; the 
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import sys
 
 from .errors import UserError
@@ -58,5 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The console script: `main`, then an exit that skips the interpreter's teardown, which frees every
+    object and module one by one (pandas, HTA, a run's analysis): 65 ms after the imports alone, about a
+    tenth of a small run's analysis. Exit handlers still run and the streams are flushed first."""
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: what the normal exit would meet too
+            code = code or 1
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -17,11 +17,15 @@ becomes a problem line, never the end of the report.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
 import re
+import sys
+import types
 import warnings
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -53,6 +57,34 @@ def _quiet():
     finally:
         hta_logger.setLevel(level)
         hta_logger.propagate = propagate
+
+
+class _ImportedOnUse(types.ModuleType):
+    """Stands in `sys.modules` for a module HTA imports at its top but the breakdowns never call: the first
+    attribute read imports the real module and takes on its contents, so any later use works as before."""
+
+    def __getattr__(self, attr):
+        name = self.__name__
+        if sys.modules.get(name) is self:
+            del sys.modules[name]
+        real = importlib.import_module(name)
+        self.__dict__.update(real.__dict__)
+        return getattr(real, attr)
+
+
+def _import_hta_analyzers():
+    """HTA's breakdown and communication analyzers, and its Trace. Their `import plotly.express` (with narwhals: 40-60 ms,
+    half of importing HTA, in every parse worker) is for plots, which the breakdowns here never ask for, so
+    a stand-in takes its place unless plotly.express is loaded already."""
+    if "plotly.express" not in sys.modules:
+        import plotly
+
+        plotly.express = sys.modules["plotly.express"] = _ImportedOnUse("plotly.express")
+    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+    from hta.analyzers.communication_analysis import CommunicationAnalysis
+    from hta.common import trace  # noqa: F401 - its import parses HTA's YAML of event args: 30-50 ms
+
+    return BreakdownAnalysis, CommunicationAnalysis
 
 
 @contextlib.contextmanager
@@ -88,9 +120,8 @@ def _values(columns: Columns, name: str, rows: np.ndarray) -> np.ndarray:
 
 def _arg(columns: Columns, name: str, default, rows: np.ndarray) -> np.ndarray:
     """An arg column as HTA's parser fills it: the default where the event lacks the arg."""
-    values = columns.args[name][rows]
+    values = columns.arg(name, rows)
     if values.dtype == object:
-        values = values.copy()
         values[pd.isna(values)] = default
         return values
     values = np.where(np.isnan(values), default, values)
@@ -117,6 +148,16 @@ def _add_iteration(df: pd.DataFrame, steps: pd.Series) -> None:
     looked = by_label.reindex(np.where(linked > 0, linked, df.index[0])).to_numpy()
     iteration[gpu] = np.where(linked[gpu] > 0, looked[gpu], -1)
     df["iteration"] = pd.to_numeric(pd.Series(iteration, index=df.index), downcast="integer")
+
+
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    """Integers as the narrowest of int8-int64 that holds them all, as `pd.to_numeric(downcast="integer")`
+    makes them (int8 when there are none), without its trial conversions and comparisons per type."""
+    low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    for dtype in (np.int8, np.int16, np.int32, np.int64):
+        if np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max:
+            return values.astype(dtype, copy=False)
+    return values
 
 
 def hta_frame(columns: Columns):
@@ -151,14 +192,13 @@ def hta_frame(columns: Columns):
 
     step_rows = rows[profiler_step[rows]]
     steps = pd.Series(_values(columns, "name", step_rows), index=columns.position[step_rows], dtype=object)
-    data = {"index": pd.to_numeric(pd.Series(columns.position[rows]), downcast="integer").to_numpy(),
-            "cat": symbol_ids("cat"), "name": symbol_ids("name"),
+    data = {"index": columns.position[rows], "cat": symbol_ids("cat"), "name": symbol_ids("name"),
             "pid": columns.values("pid", rows), "tid": columns.values("tid", rows), "ts": ts, "dur": dur}
     data.update({name: _arg(columns, name, default, rows) for name, default in HTA_ARGS})
+    # HTA downcasts every int column; a narrow correlation column then cannot take event indices (HTA
+    # 0.5.0 fails on pandas 3), so it stays as it is
+    data = {c: _narrowest(v) if c != "correlation" and v.dtype.kind == "i" else v for c, v in data.items()}
     df = pd.DataFrame(data, index=columns.position[rows])
-    for col in df.columns.drop("correlation"):  # HTA downcasts every int column; a narrow correlation column
-        if df[col].dtype.kind == "i":          # then cannot take event indices (HTA 0.5.0 fails on pandas 3)
-            df[col] = pd.to_numeric(df[col], errors="coerce", downcast="integer")
     df = transform_correlation_to_index(df, symbols)
     _add_iteration(df, steps)
     df["end"] = df["ts"] + df["dur"]
@@ -180,53 +220,103 @@ def _trace(path: str, meta: dict, columns: Columns):
     return t
 
 
-def rank_breakdowns(path: str, meta: dict, columns: Columns) -> tuple[dict, list[str]]:
-    """One rank's {"temporal", "kernel_types_us", "top_kernels", "comm_comp_overlap_pct", "idle_causes_us"}
-    and the problems met, from its parsed columns."""
-    out: dict = {}
-    problems: list[str] = []
+def _temporal(t, analyzers) -> dict:
+    temporal = analyzers[0].get_temporal_breakdown(t, visualize=False)
+    if not len(temporal):
+        return {}
+    row = temporal.iloc[0]
+    return {"temporal": {
+        "idle_us": float(row["idle_time(us)"]), "compute_us": float(row["compute_time(us)"]),
+        "non_compute_us": float(row["non_compute_time(us)"]), "span_us": float(row["kernel_time(us)"]),
+        "idle_pct": float(row["idle_time_pctg"]), "compute_pct": float(row["compute_time_pctg"]),
+        "non_compute_pct": float(row["non_compute_time_pctg"]),
+    }}
+
+
+def _kernels(t, analyzers) -> dict:
+    per_kernel: pd.DataFrame = analyzers[0].get_gpu_kernel_breakdown(
+        t, visualize=False, num_kernels=5, include_memory_kernels=True)[1]
+    if not len(per_kernel):
+        return {}
+    top = per_kernel.sort_values("sum (us)", ascending=False).head(8)
+    return {"kernel_types_us": {k: float(v) for k, v in per_kernel.groupby("kernel_type")["sum (us)"].sum().items()},
+            "top_kernels": [{"name": str(n), "kernel_type": str(k), "total_us": float(s)}
+                            for n, k, s in zip(top["name"], top["kernel_type"], top["sum (us)"])]}
+
+
+def _overlap(t, analyzers) -> dict:
+    overlap = analyzers[1].get_comm_comp_overlap(t, visualize=False)
+    if not len(overlap):
+        return {}
+    value = float(overlap.iloc[0]["comp_comm_overlap_pctg"])
+    return {"comm_comp_overlap_pct": value if value == value else None}
+
+
+def _idle(t, analyzers) -> dict:
+    idle = analyzers[0].get_idle_time_breakdown(t, IDLE_CONSECUTIVE_KERNEL_DELAY_NS, rank=0, visualize=False)[0]
+    return {"idle_causes_us": {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}}
+
+
+BREAKDOWNS = {"temporal breakdown": _temporal, "kernel breakdown": _kernels,
+              "communication-computation overlap": _overlap, "idle time breakdown": _idle}
+"""HTA's breakdowns dstrace reports, in report order: label -> function of (Trace, analyzers) giving entries."""
+HELPER_SHARE = ("kernel breakdown", "communication-computation overlap")
+"""The breakdowns a helper process computes, when there is one, while this one computes the others and the
+reduction: the two slowest (0.27 s and 0.14 s of HTA's 0.55 s on a 300 MB trace), about as long as the rest."""
+
+
+def _ready() -> None:
+    with _quiet():
+        _import_hta_analyzers()
+
+
+def run_breakdowns(t, labels) -> dict[str, tuple[dict, str | None]]:
+    """label -> (its entries, None) or ({}, the problem met): each failure is left out, never the end."""
+    done = {}
     with _quiet(), _apply_once_per_value():
-        try:
-            from hta.analyzers.breakdown_analysis import BreakdownAnalysis
-            from hta.analyzers.communication_analysis import CommunicationAnalysis
-            t = _trace(path, meta, columns)
-        except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
-            return out, [f"HTA could not load the trace ({type(exc).__name__}: {exc}); HTA breakdowns skipped"]
-
-        def attempt(label, fn):
+        analyzers = _import_hta_analyzers()
+        for label in labels:
             try:
-                return fn()
-            except Exception as exc:
-                problems.append(f"HTA {label} failed ({type(exc).__name__}: {exc}); left out")
-                return None
+                done[label] = BREAKDOWNS[label](t, analyzers), None
+            except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
+                done[label] = {}, f"HTA {label} failed ({type(exc).__name__}: {exc}); left out"
+    return done
 
-        temporal = attempt("temporal breakdown", lambda: BreakdownAnalysis.get_temporal_breakdown(t, visualize=False))
-        if temporal is not None and len(temporal):
-            row = temporal.iloc[0]
-            out["temporal"] = {
-                "idle_us": float(row["idle_time(us)"]), "compute_us": float(row["compute_time(us)"]),
-                "non_compute_us": float(row["non_compute_time(us)"]), "span_us": float(row["kernel_time(us)"]),
-                "idle_pct": float(row["idle_time_pctg"]), "compute_pct": float(row["compute_time_pctg"]),
-                "non_compute_pct": float(row["non_compute_time_pctg"]),
-            }
-        kernels = attempt("kernel breakdown", lambda: BreakdownAnalysis.get_gpu_kernel_breakdown(
-            t, visualize=False, num_kernels=5, include_memory_kernels=True))
-        if kernels is not None and len(kernels[1]):
-            per_kernel: pd.DataFrame = kernels[1]
-            out["kernel_types_us"] = {k: float(v) for k, v in per_kernel.groupby("kernel_type")["sum (us)"].sum().items()}
-            top = per_kernel.sort_values("sum (us)", ascending=False).head(8)
-            out["top_kernels"] = [{"name": str(n), "kernel_type": str(k), "total_us": float(s)}
-                                  for n, k, s in zip(top["name"], top["kernel_type"], top["sum (us)"])]
-        overlap = attempt("communication-computation overlap",
-                          lambda: CommunicationAnalysis.get_comm_comp_overlap(t, visualize=False))
-        if overlap is not None and len(overlap):
-            value = float(overlap.iloc[0]["comp_comm_overlap_pctg"])
-            out["comm_comp_overlap_pct"] = value if value == value else None
-        idle = attempt("idle time breakdown", lambda: BreakdownAnalysis.get_idle_time_breakdown(
-            t, IDLE_CONSECUTIVE_KERNEL_DELAY_NS, rank=0, visualize=False)[0])
-        if idle is not None:
-            out["idle_causes_us"] = {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
-    return out, problems
+
+def rank_breakdowns(path: str, meta: dict, columns: Columns, helper=None) -> Callable[[], dict]:
+    """One rank's HTA breakdowns from its parsed columns, as a function that gives {"breakdowns": {"temporal",
+    "kernel_types_us", "top_kernels", "comm_comp_overlap_pct", "idle_causes_us"}, "problems": [...]}. With
+    a `tracefile.Helper`, the helper computes HELPER_SHARE meanwhile and the function waits for its part:
+    the caller reduces the rank in between."""
+    readied = helper is not None and helper.submit(_ready)  # the helper imports HTA while this process builds its frame
+    try:
+        with _quiet():
+            _import_hta_analyzers()
+            t = _trace(path, meta, columns)
+    except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
+        failed = {"breakdowns": {}, "problems": [f"HTA could not load the trace ({type(exc).__name__}: {exc}); "
+                                                  "HTA breakdowns skipped"]}
+        return lambda: failed
+    given = HELPER_SHARE if helper is not None and helper.submit(run_breakdowns, t, HELPER_SHARE) else ()
+    done = run_breakdowns(t, [label for label in BREAKDOWNS if label not in given])
+    del t
+
+    def result() -> dict:
+        if given:
+            try:
+                if readied:
+                    helper.result()
+                done.update(helper.result())
+            except (OSError, EOFError) as exc:
+                done.update({label: ({}, f"HTA {label} left out: its helper process ended ({exc})")
+                             for label in given})
+        out, problems = {}, []
+        for label in BREAKDOWNS:
+            entries, problem = done[label]
+            out.update(entries)
+            problems.extend([problem] if problem else [])
+        return {"breakdowns": out, "problems": problems}
+    return result
 
 
 def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:

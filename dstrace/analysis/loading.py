@@ -107,7 +107,7 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
             "pid": columns.values("pid"), "tid": columns.values("tid"), "ts": columns.ts, "dur": columns.dur,
             "end": columns.ts + columns.dur, "is_gpu": is_gpu}
     for col, _ in ARG_COLUMNS:
-        values = columns.args[col] if columns.present[col] else np.empty(n, dtype=object)
+        values = columns.arg(col) if columns.present[col] else np.empty(n, dtype=object)
         if col in ("stream", "device", "correlation"):
             values = pd.to_numeric(values, errors="coerce")
         data[col] = pd.Series(values, dtype=object, copy=False) if values.dtype == object else values
@@ -118,22 +118,23 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
 def decode_rank(path: str, world_hint: int, reduce: bool = True,
                 ways: int = 1) -> tuple[dict, pd.DataFrame, RankReduction | None]:
     """One trace decoded by `ways` processes (its metadata and events frame) and, with `reduce`, reduced
-    (HTA's breakdowns included). Raises ValueError with what is wrong with the file."""
-    meta, columns = tracefile.read_trace(path, ways)
-    hta = None
-    if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
-        # before the events frame exists: the two never peak together
-        breakdowns, problems = hta_breakdown.rank_breakdowns(path, meta, columns)
-        hta = {"breakdowns": breakdowns, "problems": problems}
-        tracefile.release_freed_memory()
-    events = events_frame(columns)
-    del columns
-    if not reduce:
-        return meta, events, None
-    ours = dstrace_metadata(meta)
-    rank, _ = _rank_of(path, meta, ours)
-    world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
-    return meta, events, reduction.reduce_rank(events, world, hta)
+    (HTA's breakdowns included: part of them by a helper while this process reduces). Raises ValueError
+    with what is wrong with the file."""
+    with tracefile.helpers(ways - 1) as helping:
+        meta, columns = tracefile.read_trace(path, helping=helping)
+        hta = None
+        if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
+            # before the events frame exists: the two never peak together in this process
+            hta = hta_breakdown.rank_breakdowns(path, meta, columns, helping[0] if helping else None)
+            tracefile.release_freed_memory()
+        events = events_frame(columns)
+        del columns
+        if not reduce:
+            return meta, events, None
+        ours = dstrace_metadata(meta)
+        rank, _ = _rank_of(path, meta, ours)
+        world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
+        return meta, events, reduction.reduce_rank(events, world, hta)
 
 
 def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,

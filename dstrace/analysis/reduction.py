@@ -9,6 +9,7 @@ small frames per rank instead of millions of events, and a second analysis never
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -111,7 +112,9 @@ def _own_window(steps: pd.DataFrame) -> tuple[float, float] | None:
     return float(first["ts"].min()), float(first["end"].max())
 
 
-def reduce_rank(events: pd.DataFrame, world_size: int, hta: dict | None = None) -> RankReduction:
+def reduce_rank(events: pd.DataFrame, world_size: int, hta: Callable[[], dict] | None = None) -> RankReduction:
+    """The rank's reduction; `hta` gives its HTA breakdowns (`hta_breakdown.rank_breakdowns`), asked for last:
+    a helper process may still be computing part of them."""
     has_gpu = bool(events["is_gpu"].any()) if len(events) else False
     coll = collectives.rank_collectives(events, has_gpu, world_size)
     steps = step_ranges(events)
@@ -122,6 +125,8 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: dict | None = None) 
     else:
         util = utilization.utilization(events, coll, "cpu", _own_window(steps))
         host_time = {}
-    return RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
-                         utilization=util, host_time=host_time, hta=hta if has_gpu else None,
-                         step_work=step_work(events, steps, *work), accelerator_events=accelerator_events(events))
+    reduced = RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
+                            utilization=util, host_time=host_time, step_work=step_work(events, steps, *work),
+                            accelerator_events=accelerator_events(events))
+    reduced.hta = hta() if has_gpu and hta is not None else None
+    return reduced

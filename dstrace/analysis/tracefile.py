@@ -112,8 +112,9 @@ class Columns:
     """A trace's complete ('X') events in file order, as arrays.
 
     `position` is the event's index in `traceEvents` (HTA's `index`); `has_dur` says whether it had a
-    `dur`; coded columns are `codes[c]` into `tables[c]`; `args[c]` is float64 for NUMERIC_ARGS (object
-    when the trace put something else there), else object; `present[c]` says whether any event had it.
+    `dur`; coded columns are `codes[c]` into `tables[c]`; `args[c]` is sparse, (the rows that have the arg,
+    their values), as most events lack most args (`arg` gives it dense); `present[c]` says whether any
+    event had it.
     """
     position: np.ndarray
     ts: np.ndarray
@@ -121,7 +122,7 @@ class Columns:
     has_dur: np.ndarray
     codes: dict[str, np.ndarray]
     tables: dict[str, list]
-    args: dict[str, np.ndarray]
+    args: dict[str, tuple[np.ndarray, np.ndarray]]
     present: dict[str, bool]
     ts_all_int: bool = True  # HTA rounds float timestamps and keeps integer ones as they are
 
@@ -131,6 +132,20 @@ class Columns:
     def per_row(self, name: str, test) -> np.ndarray:
         """`test(value)` for every row of a coded column, as booleans: run once per distinct value."""
         return np.array([test(v) for v in self.tables[name]] or [False], dtype=bool)[self.codes[name]]
+
+    def arg(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """An arg column over every row, or over `rows` (ascending): float64 for NUMERIC_ARGS, NaN where
+        absent (objects when the trace put something else there), else objects, None where absent."""
+        where, values = self.args[name]
+        dense = np.full(len(self) if rows is None else len(rows), np.nan) if values.dtype != object else \
+            np.empty(len(self) if rows is None else len(rows), dtype=object)
+        if rows is None:
+            dense[where] = values
+        elif len(rows):
+            at = np.minimum(np.searchsorted(rows, where), len(rows) - 1)
+            hit = rows[at] == where
+            dense[at[hit]] = values[hit]
+        return dense
 
     def values(self, name: str, rows=slice(None)) -> np.ndarray:
         """A coded column's values at `rows`, typed as `infer_objects` would type them: int64 when every value
@@ -148,19 +163,15 @@ def _objects(values) -> np.ndarray:
     return np.fromiter(values, dtype=object, count=len(values))
 
 
-def _arg_array(column: str, n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """A dense column of n rows from the values (an object array) of the rows that had the arg: float64 (NaN
-    where absent) for a numeric arg whose values are all numbers, else objects (None where absent)."""
+def _typed(column: str, values: np.ndarray) -> np.ndarray:
+    """An arg's values (objects) as the column keeps them: float64 for a numeric arg whose values are all
+    numbers, else as they are."""
     if column in NUMERIC_ARGS:
         try:
-            arr = np.full(n, np.nan)
-            arr[rows] = values.astype(np.float64)
-            return arr
+            return values.astype(np.float64)
         except (TypeError, ValueError):
             pass
-    arr = np.empty(n, dtype=object)  # None throughout
-    arr[rows] = values
-    return arr
+    return values
 
 
 class _Builder:
@@ -264,7 +275,6 @@ class _Builder:
         self.pieces.sort(key=lambda p: p["k"])
         seen = np.cumsum([0] + [p["events"] for p in self.pieces])
         rows = np.cumsum([0] + [len(p["ts"]) for p in self.pieces])
-        total = int(rows[-1])
 
         def cat(key: str, dtype, offsets=None) -> np.ndarray:
             parts = [p.pop(key) for p in self.pieces]
@@ -272,11 +282,11 @@ class _Builder:
                 parts = [part + offset for part, offset in zip(parts, offsets.tolist())]
             return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
-        def arg(column: str) -> np.ndarray:
+        def arg(column: str) -> tuple[np.ndarray, np.ndarray]:
             parts = [p.pop("arg:" + column) for p in self.pieces]
             where = np.concatenate([r + o for (r, _), o in zip(parts, rows.tolist())]) if parts else np.empty(0, np.int64)
             values = np.concatenate([v for _, v in parts]) if parts else np.empty(0, dtype=object)
-            return _arg_array(column, total, where, values)
+            return where, _typed(column, values)
 
         columns = Columns(
             position=cat("position", np.int64, seen), ts=cat("ts", np.float64), dur=cat("dur", np.float64),
@@ -347,7 +357,7 @@ def _read_whole(path: str) -> tuple[dict, Columns]:
     return meta, b.finish()
 
 
-def _read_pieces(path: str, helpers: list["_Helper"] = ()) -> tuple[dict, _Builder]:
+def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]:
     """Decode the event array piece by piece in one growing buffer: each piece runs from the `[` that opens
     it to the `,` after its last event, which is made a `]` for the decode and then the next piece's `[`.
     With helpers, of every len(helpers) + 1 pieces this process decodes one and hands each helper one."""
@@ -391,17 +401,18 @@ def _read_pieces(path: str, helpers: list["_Helper"] = ()) -> tuple[dict, _Build
     return head, b
 
 
-class _Helper:
-    """A forked process that decodes the pieces handed to it while this one inflates and decodes the rest.
+class Helper:
+    """A process forked while this one is small: it decodes the pieces of a trace handed to it while this one
+    inflates and decodes the rest, then runs whatever jobs it is given (HTA's breakdowns) beside this one.
     Pieces go through a pipe from a thread here, so handing one over never waits for the helper; the helper
-    answers with its pieces as columns (`_Builder.share`) or the error it met."""
+    answers with its pieces as columns (`_Builder.share`) or the error it met, and each job with its result."""
 
     def __init__(self, ctx) -> None:
         import queue
         import threading
 
         self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_helper_main, args=(theirs,), daemon=True, name="dstrace-decode")
+        self.proc = ctx.Process(target=_helper_main, args=(theirs,), daemon=True, name="dstrace-helper")
         self.proc.start()
         theirs.close()
         self.waiting: queue.Queue = queue.Queue(2)
@@ -431,6 +442,25 @@ class _Helper:
             raise self.broken
         return self.conn.recv()
 
+    def submit(self, fn, *args) -> bool:
+        """Start `fn(*args)` in the helper, once its pieces are answered; False when it cannot take the job
+        (gone, or the arguments do not pickle): the caller then runs it itself."""
+        if self.broken is not None or self.thread.is_alive():
+            return False
+        try:
+            self.conn.send((fn, args))
+            return True
+        except Exception as exc:  # noqa: BLE001 - a closed pipe, or arguments that do not pickle
+            self.broken = exc
+            return False
+
+    def result(self):
+        """The submitted job's result; raises what it raised, or OSError/EOFError when the helper died."""
+        error, value = self.conn.recv()
+        if error is not None:
+            raise error
+        return value
+
     def close(self) -> None:
         if self.thread.is_alive():
             self.broken = self.broken or OSError("stopped")
@@ -443,9 +473,17 @@ class _Helper:
         self.conn.close()
 
 
+def _answer(conn, error, value) -> None:
+    try:
+        conn.send((error, None) if error is not None else (None, value))
+    except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
+        conn.send((ValueError(str(error)), None))
+
+
 def _helper_main(conn) -> None:
     """The helper process: decode each piece handed over; after the last, send back the pieces (or the first
-    error, having read on to the end, so the sender never blocks on a helper that stopped reading)."""
+    error, having read on to the end, so the sender never blocks on a helper that stopped reading); then
+    run each job sent until the pipe closes."""
     b, error = _Builder(), None
     with _no_collections():
         while message := conn.recv_bytes():
@@ -455,39 +493,57 @@ def _helper_main(conn) -> None:
                         b.add(EVENTS.decode(view[8:]), int.from_bytes(view[:8], "little"))
                 except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
                     error = exc
+        _answer(conn, error, None if error is not None else b.share())
+    del b
+    release_freed_memory()
+    while True:
         try:
-            conn.send((error, None) if error is not None else (None, b.share()))
-        except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
-            conn.send((ValueError(str(error)), None))
+            fn, args = conn.recv()
+        except (EOFError, OSError):
+            break
+        try:
+            value, error = fn(*args), None
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+            value, error = None, exc
+        _answer(conn, error, value)
+        del value, fn, args
+        release_freed_memory()
     conn.close()
 
 
-def _read_split(path: str, ways: int) -> tuple[dict, Columns]:
-    """The pieces decoded by `ways` processes at once: this one inflates the file (in its own thread),
-    decodes every ways-th piece and hands the others to `ways - 1` forked helpers, then joins their columns
-    to its own. Helpers that cannot start or die leave the decode to this process alone."""
+@contextlib.contextmanager
+def helpers(count: int):
+    """Up to `count` helpers forked now (none where there is no fork, no process to spare or `count` < 1),
+    stopped on leaving."""
     import multiprocessing
 
-    helpers: list[_Helper] = []
+    started: list[Helper] = []
     try:
-        if ways > 1 and "fork" in multiprocessing.get_all_start_methods():
+        if count > 0 and "fork" in multiprocessing.get_all_start_methods():
             ctx = multiprocessing.get_context("fork")
             with contextlib.suppress(Exception):  # no process to fork (limits, a daemonic caller)
-                while len(helpers) < ways - 1:
-                    helpers.append(_Helper(ctx))
-        head, b = _read_pieces(path, helpers)
-        try:
-            answers = [h.answer() for h in helpers]
-        except (OSError, EOFError):
-            head, b = _read_pieces(path)
-            answers = []
-        for error, shared in answers:
-            if error is not None:
-                raise error
-            b.absorb(shared)
+                while len(started) < count:
+                    started.append(Helper(ctx))
+        yield started
     finally:
-        for h in helpers:
+        for h in started:
             h.close()
+
+
+def _read_split(path: str, helpers: list[Helper]) -> tuple[dict, Columns]:
+    """The pieces decoded by this process and the helpers at once: this one inflates the file (in its own
+    thread), decodes every (len(helpers) + 1)-th piece and hands the others to the helpers, then joins their
+    columns to its own. Helpers that died leave the decode to this process alone."""
+    head, b = _read_pieces(path, helpers)
+    try:
+        answers = [h.answer() for h in helpers]
+    except (OSError, EOFError):
+        head, b = _read_pieces(path)
+        answers = []
+    for error, shared in answers:
+        if error is not None:
+            raise error
+        b.absorb(shared)
     return head, b.finish()
 
 
@@ -504,18 +560,21 @@ def _no_collections():
             gc.enable()
 
 
-def read_trace(path: str, ways: int = 1) -> tuple[dict, Columns]:
+def read_trace(path: str, ways: int = 1, helping: list[Helper] | None = None) -> tuple[dict, Columns]:
     """The trace's metadata (every top-level key but traceEvents) and its complete events as columns,
-    decoded by `ways` processes. Any damage, or a file the limits refuse (`untrusted`), becomes a ValueError
-    whose message says what is wrong with the file."""
+    decoded by `ways` processes, or by this one and the `helping` helpers (`helpers`). Any damage, or a file
+    the limits refuse (`untrusted`), becomes a ValueError whose message says what is wrong with the file."""
+    if helping is None:
+        with helpers(ways - 1) as started:
+            return read_trace(path, helping=started)
     with _no_collections():
-        return _read_trace(path, ways)
+        return _read_trace(path, helping)
 
 
-def _read_trace(path: str, ways: int) -> tuple[dict, Columns]:
+def _read_trace(path: str, helping: list[Helper]) -> tuple[dict, Columns]:
     try:
         try:
-            return _read_split(path, ways)
+            return _read_split(path, helping)
         except (_NotKineto, msgspec.DecodeError) as exc:
             problem = exc
         try:
