@@ -17,6 +17,7 @@ becomes a problem line, never the end of the report.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import logging
@@ -61,28 +62,50 @@ def _quiet():
 
 class _ImportedOnUse(types.ModuleType):
     """Stands in `sys.modules` for a module HTA imports at its top but the breakdowns never call: the first
-    attribute read imports the real module and takes on its contents, so any later use works as before."""
+    attribute read imports the real module and takes on its contents, so any later use works as before.
+    `forwards` are names HTA imports from it (`from m import f`): each is a function that calls the real one."""
 
-    def __getattr__(self, attr):
+    def __init__(self, name: str, forwards: tuple[str, ...] = ()) -> None:
+        super().__init__(name)
+        for attr in forwards:
+            setattr(self, attr, self._forward(attr))
+
+    def _forward(self, attr: str):
+        def forward(*args, **kwargs):
+            return getattr(self._real(), attr)(*args, **kwargs)
+        return forward
+
+    def _real(self) -> types.ModuleType:
         name = self.__name__
         if sys.modules.get(name) is self:
             del sys.modules[name]
         real = importlib.import_module(name)
         self.__dict__.update(real.__dict__)
-        return getattr(real, attr)
+        return real
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") and attr.endswith("__"):  # the import system probing (`__path__`): not a use
+            raise AttributeError(attr)
+        return getattr(self._real(), attr)
+
+
+STOOD_IN = {"plotly.express": (), "plotly.graph_objects": (), "plotly.subplots": ("make_subplots",)}
+"""What HTA's analyzers import for plots (with narwhals, 40-60 ms, half of importing HTA, in every parse
+worker), which the breakdowns here never ask for: stood in for unless loaded already."""
 
 
 def _import_hta_analyzers():
-    """HTA's breakdown and communication analyzers, and its Trace. Their `import plotly.express` (with narwhals: 40-60 ms,
-    half of importing HTA, in every parse worker) is for plots, which the breakdowns here never ask for, so
-    a stand-in takes its place unless plotly.express is loaded already."""
-    if "plotly.express" not in sys.modules:
-        import plotly
+    """HTA's breakdown and communication analyzers, and its Trace, with the plotting modules they import
+    stood in for (STOOD_IN)."""
+    import plotly
 
-        plotly.express = sys.modules["plotly.express"] = _ImportedOnUse("plotly.express")
+    for name, forwards in STOOD_IN.items():
+        if name not in sys.modules:
+            setattr(plotly, name.rpartition(".")[2], _ImportedOnUse(name, forwards))
+            sys.modules[name] = getattr(plotly, name.rpartition(".")[2])
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
     from hta.analyzers.communication_analysis import CommunicationAnalysis
-    from hta.common import trace  # noqa: F401 - its import parses HTA's YAML of event args: 30-50 ms
+    from hta.common import trace  # noqa: F401 - its import parses HTA's YAML of event args: 20 ms
 
     return BreakdownAnalysis, CommunicationAnalysis
 
@@ -287,29 +310,39 @@ def rank_breakdowns(path: str, meta: dict, columns: Columns, helper=None) -> Cal
     """One rank's HTA breakdowns from its parsed columns, as a function that gives {"breakdowns": {"temporal",
     "kernel_types_us", "top_kernels", "comm_comp_overlap_pct", "idle_causes_us"}, "problems": [...]}. With
     a `tracefile.Helper`, the helper computes HELPER_SHARE meanwhile and the function waits for its part:
-    the caller reduces the rank in between."""
-    readied = helper is not None and helper.submit(_ready)  # the helper imports HTA while this process builds its frame
+    the caller reduces the rank in between, and calls it whatever happens (the helper's answers must be
+    read before it takes its next job)."""
+    taken = [helper is not None and helper.submit(_ready)]  # it imports HTA while this process builds the frame
+    share: tuple[str, ...] = ()
     try:
-        with _quiet():
-            _import_hta_analyzers()
-            t = _trace(path, meta, columns)
-    except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
-        failed = {"breakdowns": {}, "problems": [f"HTA could not load the trace ({type(exc).__name__}: {exc}); "
-                                                  "HTA breakdowns skipped"]}
-        return lambda: failed
-    given = HELPER_SHARE if helper is not None and helper.submit(run_breakdowns, t, HELPER_SHARE) else ()
-    done = run_breakdowns(t, [label for label in BREAKDOWNS if label not in given])
-    del t
+        try:
+            with _quiet():
+                _import_hta_analyzers()
+                t = _trace(path, meta, columns)
+        except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
+            done = None
+            skipped = f"HTA could not load the trace ({type(exc).__name__}: {exc}); HTA breakdowns skipped"
+        else:
+            taken.append(helper is not None and helper.submit(run_breakdowns, t, HELPER_SHARE))
+            share = HELPER_SHARE if taken[-1] else ()
+            done = run_breakdowns(t, [label for label in BREAKDOWNS if label not in share])
+            del t
+    except BaseException:
+        _answers(helper, taken)
+        raise
 
+    @functools.cache  # asked again, it gives the same: its helper answers once
     def result() -> dict:
-        if given:
-            try:
-                if readied:
-                    helper.result()
-                done.update(helper.result())
-            except (OSError, EOFError) as exc:
-                done.update({label: ({}, f"HTA {label} left out: its helper process ended ({exc})")
-                             for label in given})
+        theirs = _answers(helper, taken)[-1]
+        if done is None:
+            return {"breakdowns": {}, "problems": [skipped]}
+        if share and isinstance(theirs, (OSError, EOFError)):
+            done.update({label: ({}, f"HTA {label} left out: its helper process ended ({theirs})") for label in share})
+        elif share and isinstance(theirs, Exception):
+            done.update({label: ({}, f"HTA {label} failed ({type(theirs).__name__}: {theirs}); left out")
+                         for label in share})
+        elif share:
+            done.update(theirs)
         out, problems = {}, []
         for label in BREAKDOWNS:
             entries, problem = done[label]
@@ -317,6 +350,25 @@ def rank_breakdowns(path: str, meta: dict, columns: Columns, helper=None) -> Cal
             problems.extend([problem] if problem else [])
         return {"breakdowns": out, "problems": problems}
     return result
+
+
+def _answers(helper, taken: list[bool]) -> list:
+    """The helper's answers to the jobs it took (True in `taken`; None for the others), in order: each a value
+    or the exception met, the job's own or, once the helper died, the OSError/EOFError of its end."""
+    out: list = []
+    ended = None
+    for job in taken:
+        if not job or ended is not None:
+            out.append(ended if job else None)
+            continue
+        try:
+            out.append(helper.result())
+        except (OSError, EOFError) as exc:
+            ended = exc
+            out.append(exc)
+        except Exception as exc:  # noqa: BLE001 - the job's own failure, reported by the caller
+            out.append(exc)
+    return out
 
 
 def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:

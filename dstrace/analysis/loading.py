@@ -57,7 +57,7 @@ BUDGET_FLOOR_BYTES = 512 << 20
 PARALLEL_MIN_BYTES = 32 << 20
 """Below this much JSON to parse, starting worker processes costs more than it saves."""
 SPLIT_MIN_BYTES = 64 << 20
-"""A trace decoded alone is decoded by two processes from this size of JSON on (`decode_ways`)."""
+"""A trace parsed alone shares its work with a helper process from this size of JSON on (`shares_work`)."""
 
 
 def stderr_progress(message: str) -> None:
@@ -116,13 +116,13 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
 
 
 def decode_rank(path: str, world_hint: int, reduce: bool = True,
-                ways: int = 1) -> tuple[dict, pd.DataFrame, RankReduction | None]:
-    """One trace decoded by `ways` processes (its metadata and events frame) and, with `reduce`, reduced
-    (HTA's breakdowns included: part of them by a helper while this process reduces). Raises ValueError
-    with what is wrong with the file."""
-    with tracefile.helpers(ways - 1) as helping:
-        meta, columns = tracefile.read_trace(path, helping=helping)
-        hta = None
+                helping: list[tracefile.Helper] = ()) -> tuple[dict, pd.DataFrame, RankReduction | None]:
+    """One trace decoded by this process and the `helping` helpers (its metadata and events frame) and, with
+    `reduce`, reduced (HTA's breakdowns included: part of them by a helper while this process reduces).
+    Raises ValueError with what is wrong with the file."""
+    meta, columns = tracefile.read_trace(path, helping=list(helping))
+    hta = None
+    try:
         if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
             # before the events frame exists: the two never peak together in this process
             hta = hta_breakdown.rank_breakdowns(path, meta, columns, helping[0] if helping else None)
@@ -135,28 +135,37 @@ def decode_rank(path: str, world_hint: int, reduce: bool = True,
         rank, _ = _rank_of(path, meta, ours)
         world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
         return meta, events, reduction.reduce_rank(events, world, hta)
+    finally:
+        if hta is not None:
+            hta()  # the helper's answers are read, whatever happened: it serves the next trace
 
 
 def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,
-               ways: int = 1) -> tuple[str | None, str | None, pd.DataFrame | None]:
-    """Decode one trace, reduce it and write the reduction as a cache to the first of `targets` that accepts
-    it. Returns (what is wrong with the file, None, None) or (None, the cache written, the events when
-    asked for). Runs in a worker process unless events are asked for: only a short answer goes back."""
+               helping: list[tracefile.Helper] = ()) -> tuple[str | None, str | None, pd.DataFrame | None]:
+    """Decode one trace (with the `helping` helpers), reduce it and write the reduction as a cache to the
+    first of `targets` that accepts it. Returns (what is wrong with the file, None, None) or (None, the cache
+    written, the events when asked for). In a worker process, only this short answer goes back."""
     try:
         print_ = cache.fingerprint(path)
-        meta, frame, reduced = decode_rank(path, world_hint, ways=ways)
+        meta, frame, reduced = decode_rank(path, world_hint, helping=helping)
     except ValueError as exc:
         return str(exc), None, None
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})", None, None
     frame = frame if events else None
+    written = None
     for target in targets:
         try:
             cache.write(target, print_, meta, reduced, world_hint)
-            return None, target, frame
+            written = target
+            break
         except OSError:
             continue
-    return "could not write its reduction anywhere (folder and temporary folder refused)", None, None
+    del meta, reduced
+    tracefile.release_freed_memory()  # the trace's working set, before the next trace is parsed
+    if written is None:
+        return "could not write its reduction anywhere (folder and temporary folder refused)", None, None
+    return None, written, frame
 
 
 def uncompressed_size(path: str) -> int:
@@ -181,10 +190,10 @@ def _cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def decode_ways(path: str) -> int:
-    """How many processes decode one trace when traces are decoded one at a time: two where there are two
-    CPUs and the trace is large enough to repay starting the second (SPLIT_MIN_BYTES)."""
-    return 2 if _cpus() >= 2 and uncompressed_size(path) >= SPLIT_MIN_BYTES else 1
+def shares_work(path: str) -> bool:
+    """Whether a trace parsed by this process alone shares its decode and HTA's breakdowns with a helper
+    process: where there are two CPUs and the trace is large enough to repay it (SPLIT_MIN_BYTES)."""
+    return _cpus() >= 2 and uncompressed_size(path) >= SPLIT_MIN_BYTES
 
 
 def workers_for(sizes: list[int], cpus: int, in_use: int, available: int) -> int:
@@ -226,32 +235,49 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
             continue
         progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its cache)")
         out[path] = Parsed(hit.meta, hit.reduced)
-    if todo:
-        scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
-        try:
-            targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
-            workers = 1 if events else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
-            for path in todo:
-                progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
-            hints = [world_hint] * len(todo)
-            if workers == 1:
-                results = [parse_rank(p, t, w, events, decode_ways(p)) for p, t, w in zip(todo, targets, hints)]
-            else:
-                with ProcessPoolExecutor(workers, mp_context=_pool_context()) as pool:
-                    results = list(pool.map(parse_rank, todo, targets, hints))
-            for path, (problem, written, frame) in zip(todo, results):
-                hit = cache.read(path, world_hint, written) if problem is None else None
-                out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if hit is not None
-                                        else "changed while it was being parsed; analyze again")
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    for path, parsed in out.items():
-        if events and isinstance(parsed, Parsed) and parsed.events is None:
-            try:
-                parsed.events = decode_rank(path, world_hint, reduce=False, ways=decode_ways(path))[1]
-            except ValueError as exc:
-                out[path] = str(exc)
+    workers = 1 if events or not todo else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
+    alone = (todo if workers == 1 else []) + ([p for p in files if p not in todo] if events else [])
+    with tracefile.helpers(1 if any(map(shares_work, alone)) else 0) as helping:  # forked while this process is small
+        if todo:
+            _parse(files, todo, out, progress, workers, world_hint, events, helping)
+        for path, parsed in out.items():
+            if events and isinstance(parsed, Parsed) and parsed.events is None:
+                try:
+                    parsed.events = decode_rank(path, world_hint, reduce=False,
+                                                helping=helping if shares_work(path) else [])[1]
+                except ValueError as exc:
+                    out[path] = str(exc)
     return {p: out[p] for p in files}
+
+
+def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, workers: int, world_hint: int,
+           events: bool, helping: list[tracefile.Helper]) -> None:
+    """Parse the `todo` traces into `out`: one at a time (with the helpers, for traces that share work), or
+    this process the smallest and `workers - 1` forked workers the others."""
+    scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
+    try:
+        targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
+        for path in todo:
+            progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
+        hints = [world_hint] * len(todo)
+        if workers == 1:
+            results = [parse_rank(p, t, w, events, helping if shares_work(p) else [])
+                       for p, t, w in zip(todo, targets, hints)]
+        else:  # this process parses the smallest trace itself (it analyzes the run after), the workers the rest
+            own = min(range(len(todo)), key=lambda i: uncompressed_size(todo[i]))
+            others = [i for i in range(len(todo)) if i != own]
+            with ProcessPoolExecutor(workers - 1, mp_context=_pool_context()) as pool:
+                rest = pool.map(parse_rank, [todo[i] for i in others], [targets[i] for i in others],
+                                [hints[i] for i in others])
+                mine = parse_rank(todo[own], targets[own], hints[own])
+                results = list(rest)
+            results.insert(own, mine)
+        for path, (problem, written, frame) in zip(todo, results):
+            hit = cache.read(path, world_hint, written) if problem is None else None
+            out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if hit is not None
+                                    else "changed while it was being parsed; analyze again")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 MAX_WORLD_SIZE = 1 << 16

@@ -248,9 +248,13 @@ class _Builder:
         del kept
         args = [NO_ARGS if a is None else a for a in args]
         for column, _ in ALL_ARGS:
-            values = _objects(list(map(attrgetter(column), args)))
+            values = list(map(attrgetter(column), args))
+            if values.count(None) == len(values):  # most args are in no event of a piece
+                piece["arg:" + column] = (rows[:0], np.empty(0, dtype=object))
+                continue
+            values = _objects(values)
             has = np.flatnonzero(values != None)  # noqa: E711
-            self.present[column] = self.present[column] or bool(len(has))
+            self.present[column] = True
             piece["arg:" + column] = (rows[has], values[has])  # sparse: most events lack most args
         self.pieces.append(piece)
 
@@ -401,24 +405,36 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
     return head, b
 
 
+DECODE = "decode"
+"""The job that has a helper decode the pieces handed to it (`Helper.begin`) until an empty one."""
+
+
 class Helper:
-    """A process forked while this one is small: it decodes the pieces of a trace handed to it while this one
-    inflates and decodes the rest, then runs whatever jobs it is given (HTA's breakdowns) beside this one.
-    Pieces go through a pipe from a thread here, so handing one over never waits for the helper; the helper
-    answers with its pieces as columns (`_Builder.share`) or the error it met, and each job with its result."""
+    """A process forked while this one is small, that runs jobs beside this one, one after another: a trace's
+    decode (it decodes the pieces handed to it while this process inflates and decodes the rest, then
+    answers with its pieces as columns, `_Builder.share`), or a function (HTA's breakdowns), answered with
+    its result. Pieces go through the pipe from a thread here, so handing one over never waits for the
+    helper. One helper serves every trace of a run: forked once, its memory is its own work's."""
 
     def __init__(self, ctx) -> None:
-        import queue
-        import threading
-
         self.conn, theirs = ctx.Pipe()
         self.proc = ctx.Process(target=_helper_main, args=(theirs,), daemon=True, name="dstrace-helper")
         self.proc.start()
         theirs.close()
-        self.waiting: queue.Queue = queue.Queue(2)
+        self.thread = None
         self.broken: BaseException | None = None
+
+    def begin(self) -> bool:
+        """Start a decode: the helper takes the pieces handed to it until `answer`. False when it is gone."""
+        import queue
+        import threading
+
+        if not self.submit(DECODE):
+            return False
+        self.waiting: queue.Queue = queue.Queue(2)
         self.thread = threading.Thread(target=self._send, name="dstrace-hand-off", daemon=True)
         self.thread.start()
+        return True
 
     def _send(self) -> None:
         while (item := self.waiting.get()) is not None:
@@ -436,54 +452,51 @@ class Helper:
 
     def answer(self) -> tuple:
         """(None, shared pieces) or (the helper's error, None); raises OSError/EOFError when it died."""
-        self.waiting.put(None)
-        self.thread.join()
+        self._end_decode()
         if self.broken is not None:
             raise self.broken
         return self.conn.recv()
 
-    def submit(self, fn, *args) -> bool:
-        """Start `fn(*args)` in the helper, once its pieces are answered; False when it cannot take the job
-        (gone, or the arguments do not pickle): the caller then runs it itself."""
-        if self.broken is not None or self.thread.is_alive():
+    def _end_decode(self) -> None:
+        if self.thread is not None:
+            self.waiting.put(None)
+            self.thread.join()
+            self.thread = None
+
+    def submit(self, job, *args) -> bool:
+        """Start a job: DECODE or `job(*args)`; False when the helper cannot take it (gone, or the arguments
+        do not pickle): the caller then does it itself. Answers come back in the order of the jobs."""
+        if self.broken is not None or self.thread is not None:
             return False
         try:
-            self.conn.send((fn, args))
+            self.conn.send(job if job == DECODE else (job, args))
             return True
         except Exception as exc:  # noqa: BLE001 - a closed pipe, or arguments that do not pickle
             self.broken = exc
             return False
 
     def result(self):
-        """The submitted job's result; raises what it raised, or OSError/EOFError when the helper died."""
+        """The oldest unanswered job's result; raises what it raised, or OSError/EOFError when the helper died."""
         error, value = self.conn.recv()
         if error is not None:
             raise error
         return value
 
     def close(self) -> None:
-        if self.thread.is_alive():
+        if self.thread is not None:
             self.broken = self.broken or OSError("stopped")
             with contextlib.suppress(Exception):
                 while True:
                     self.waiting.get_nowait()
-            self.waiting.put(None)
+            self._end_decode()
         self.proc.terminate()
         self.proc.join()
         self.conn.close()
 
 
-def _answer(conn, error, value) -> None:
-    try:
-        conn.send((error, None) if error is not None else (None, value))
-    except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
-        conn.send((ValueError(str(error)), None))
-
-
-def _helper_main(conn) -> None:
-    """The helper process: decode each piece handed over; after the last, send back the pieces (or the first
-    error, having read on to the end, so the sender never blocks on a helper that stopped reading); then
-    run each job sent until the pipe closes."""
+def _decode_handed(conn) -> tuple:
+    """Decode each piece handed over until an empty one: (None, the pieces shared) or, having read on to the
+    end so the sender never blocks on a helper that stopped reading, (the first error, None)."""
     b, error = _Builder(), None
     with _no_collections():
         while message := conn.recv_bytes():
@@ -493,20 +506,28 @@ def _helper_main(conn) -> None:
                         b.add(EVENTS.decode(view[8:]), int.from_bytes(view[:8], "little"))
                 except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
                     error = exc
-        _answer(conn, error, None if error is not None else b.share())
-    del b
-    release_freed_memory()
+    return (error, None) if error is not None else (None, b.share())
+
+
+def _helper_main(conn) -> None:
+    """The helper process: run each job sent, answer it, let go of its memory, until the pipe closes."""
     while True:
         try:
-            fn, args = conn.recv()
+            job = conn.recv()
         except (EOFError, OSError):
             break
+        if job == DECODE:
+            answer = _decode_handed(conn)
+        else:
+            try:
+                answer = None, job[0](*job[1])
+            except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+                answer = exc, None
         try:
-            value, error = fn(*args), None
-        except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
-            value, error = None, exc
-        _answer(conn, error, value)
-        del value, fn, args
+            conn.send(answer)
+        except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
+            conn.send((ValueError(str(answer[0])), None))
+        del job, answer
         release_freed_memory()
     conn.close()
 
@@ -533,11 +554,13 @@ def helpers(count: int):
 def _read_split(path: str, helpers: list[Helper]) -> tuple[dict, Columns]:
     """The pieces decoded by this process and the helpers at once: this one inflates the file (in its own
     thread), decodes every (len(helpers) + 1)-th piece and hands the others to the helpers, then joins their
-    columns to its own. Helpers that died leave the decode to this process alone."""
-    head, b = _read_pieces(path, helpers)
+    columns to its own. Helpers that are gone or die leave the decode to this process alone."""
+    helping = [h for h in helpers if h.begin()]
     try:
-        answers = [h.answer() for h in helpers]
-    except (OSError, EOFError):
+        head, b = _read_pieces(path, helping)
+    finally:  # every decode begun is answered, even when this one failed: the helper serves the next trace
+        answers = [_answer_of(h) for h in helping]
+    if None in answers:
         head, b = _read_pieces(path)
         answers = []
     for error, shared in answers:
@@ -545,6 +568,13 @@ def _read_split(path: str, helpers: list[Helper]) -> tuple[dict, Columns]:
             raise error
         b.absorb(shared)
     return head, b.finish()
+
+
+def _answer_of(helper: Helper) -> tuple | None:
+    try:
+        return helper.answer()
+    except (OSError, EOFError):  # it died
+        return None
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ import gzip
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -136,6 +138,29 @@ def test_damage_in_a_helpers_piece_is_reported_as_when_decoded_alone(tmp_path, m
     assert str(split.value) == str(alone.value) and "ts" in str(alone.value)
 
 
+def test_one_helper_serves_traces_in_turn_after_damaged_ones(tmp_path, monkeypatch):
+    """Every decode a helper began is answered, even when this process's share failed: the next trace's
+    decode never reads a stale answer."""
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    with gzip.open(path) as f:
+        text = f.read()
+    at = text.index(b'"ts": ', (1 << 20) + 4096)  # in piece 2 of the 1 MiB pieces: this process's
+    damaged = tmp_path / "host_rank0.1.pt.trace.json"
+    damaged.write_bytes(text[:at] + b'"ts": "soon", "was": ' + text[at + 6:])
+    truncated = tmp_path / "host_rank0.2.pt.trace.json"  # found out at its end, after pieces were handed out
+    truncated.write_bytes(text[:-2000])
+    monkeypatch.setattr(tracefile, "CHUNK_BYTES", 1 << 20)
+    meta, alone = tracefile.read_trace(path)
+    with tracefile.helpers(1) as helping:
+        for bad in (damaged, truncated, damaged):
+            with pytest.raises(ValueError):
+                tracefile.read_trace(str(bad), helping=helping)
+            again_meta, again = tracefile.read_trace(path, helping=helping)
+            assert again_meta == meta
+            same_columns(again, alone)
+        assert helping[0].submit(divmod, 9, 4) and helping[0].result() == (2, 1)
+
+
 def test_hta_frame_gives_what_htas_own_parse_gives():
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
     from hta.common.trace import Trace
@@ -250,16 +275,88 @@ def test_a_folder_that_refuses_the_cache_is_still_analyzed(tmp_path):
     assert run.ranks == [0, 1] and all(os.path.isdir(p) for p in caches(tmp_path))
 
 
-def test_parallel_parse_gives_what_serial_parse_gives(tmp_path):
+@pytest.mark.parametrize("workers", [2, 3])
+def test_parallel_parse_gives_what_serial_parse_gives(tmp_path, workers):
+    """This process parses the smallest trace, `workers - 1` forked workers the others."""
     os.makedirs(tmp_path / "a")
     zero3_folder(tmp_path / "a", world_size=4)
-    serial = load_run(str(tmp_path / "a"), progress=quiet, workers=1, events=True)
+    serial = load_run(str(tmp_path / "a"), progress=quiet, workers=1)
     for path in caches(tmp_path / "a"):
         os.unlink(path)
-    parallel = load_run(str(tmp_path / "a"), progress=quiet, workers=2, events=True)
+    parallel = load_run(str(tmp_path / "a"), progress=quiet, workers=workers)
     assert serial.ranks == parallel.ranks == [0, 1, 2, 3]
-    assert_same_ranks(serial, parallel)
+    assert len(caches(tmp_path / "a")) == 4
+    assert_same_ranks(serial, parallel, events=False)
     assert render(analyze(serial), "json") == render(analyze(parallel), "json")
+
+
+def test_breakdowns_shared_with_a_helper_are_those_of_one_process():
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    meta, columns = tracefile.read_trace(path)
+    alone = hta_breakdown.rank_breakdowns(path, meta, columns)()
+    with tracefile.helpers(1) as (helper,):
+        meta, columns = tracefile.read_trace(path, helping=[helper])
+        shared = hta_breakdown.rank_breakdowns(path, meta, columns, helper)()
+    assert alone["problems"] == [] and set(alone["breakdowns"]) >= {"temporal", "kernel_types_us", "idle_causes_us"}
+    assert json.dumps(shared) == json.dumps(alone)  # the same entries in the same order
+
+
+def test_a_helper_job_that_ends_the_helper_is_an_error_here():
+    with tracefile.helpers(1) as (helper,):
+        assert helper.submit(divmod, 7, 2) and helper.result() == (3, 1)
+        assert helper.submit(os._exit, 3)
+        with pytest.raises(EOFError):
+            helper.result()
+
+
+def test_a_helper_gone_before_its_share_leaves_the_breakdowns_to_this_process():
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    meta, columns = tracefile.read_trace(path)
+    alone = hta_breakdown.rank_breakdowns(path, meta, columns)()
+    with tracefile.helpers(1) as (helper,):
+        helper.proc.kill()
+        helper.proc.join()
+        given = hta_breakdown.rank_breakdowns(path, meta, columns, helper)()
+    assert json.dumps(given) == json.dumps(alone)
+
+
+def test_a_helper_that_dies_with_its_share_leaves_that_share_out_and_says_so(tmp_path):
+    """The helper is busy (a job of the test's) when its share is handed over, then killed: this process's
+    breakdowns stay, the helper's are left out with a problem line each."""
+    path = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)][0]
+    with tracefile.helpers(1) as (helper,):
+        meta, columns = tracefile.read_trace(path, helping=[helper])
+        assert helper.submit(time.sleep, 60)  # the share below waits in the pipe (a small trace: it fits)
+        pending = hta_breakdown.rank_breakdowns(path, meta, columns, helper)
+        helper.proc.kill()
+        helper.proc.join()
+        given = pending()
+    assert "temporal" in given["breakdowns"] and "idle_causes_us" in given["breakdowns"]
+    assert not set(given["breakdowns"]) & {"kernel_types_us", "top_kernels", "comm_comp_overlap_pct"}
+    assert [p.split(" left out")[0] for p in given["problems"]] == [f"HTA {label}" for label in hta_breakdown.HELPER_SHARE]
+    assert all("helper process ended" in p for p in given["problems"])
+
+
+def test_sparse_args_read_densely_over_any_rows():
+    path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
+    _, columns = tracefile.read_trace(path)
+    rows = np.flatnonzero(np.arange(len(columns)) % 3 == 1)
+    for name in columns.args:
+        whole, some = columns.arg(name), columns.arg(name, rows)
+        assert whole.dtype == some.dtype and len(whole) == len(columns), name
+        assert whole[rows].tolist() == some.tolist() if whole.dtype == object else \
+            np.array_equal(whole[rows], some, equal_nan=True), name
+    assert columns.present["correlation"] and not np.isnan(columns.arg("correlation")).all()
+    assert columns.arg("correlation", rows[:0]).shape == (0,)
+
+
+def test_plotting_modules_are_stood_in_for_until_used():
+    """HTA imports plotly's plotting modules; the breakdowns never plot, so they load only when used."""
+    code = ("import sys; from dstrace.analysis import hta_breakdown as h; h._import_hta_analyzers(); "
+            "print('narwhals' in sys.modules); import hta.analyzers.breakdown_analysis as b; "
+            "print(b.make_subplots(rows=1, cols=2).layout.xaxis.domain, b.px.bar is not None, b.go.Figure().layout.width)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert out.split("\n")[:2] == ["False", "(0.0, 0.45) True None"]
 
 
 def test_parse_workers_hold_the_memory_budget():
