@@ -30,7 +30,6 @@ def stages(path: str) -> dict[str, float]:
     timed("HTA breakdowns", lambda: hta_breakdown.rank_breakdowns(path, meta, columns)())
     events = timed("events frame", lambda: loading.events_frame(columns))
     timed("reduction", lambda: reduction.reduce_rank(events, 1))
-    del meta, columns, events
     with tracefile.helpers(1) as helping:  # as `dstrace analyze` parses a trace alone
         timed("all of it with a helper (decode, HTA, reduction)", lambda: loading.decode_rank(path, 1, helping=helping))
     return out

@@ -101,8 +101,8 @@ def _import_hta_analyzers():
 
     for name, forwards in STOOD_IN.items():
         if name not in sys.modules:
-            setattr(plotly, name.rpartition(".")[2], _ImportedOnUse(name, forwards))
-            sys.modules[name] = getattr(plotly, name.rpartition(".")[2])
+            sys.modules[name] = _ImportedOnUse(name, forwards)
+            setattr(plotly, name.rpartition(".")[2], sys.modules[name])
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
     from hta.analyzers.communication_analysis import CommunicationAnalysis
     from hta.common import trace  # noqa: F401 - its import parses HTA's YAML of event args: 20 ms
