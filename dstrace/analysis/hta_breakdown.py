@@ -302,8 +302,12 @@ def run_breakdowns(t, labels) -> dict[str, tuple[dict, str | None]]:
             try:
                 done[label] = BREAKDOWNS[label](t, analyzers), None
             except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
-                done[label] = {}, f"HTA {label} failed ({type(exc).__name__}: {exc}); left out"
+                done[label] = {}, _failed(label, exc)
     return done
+
+
+def _failed(label: str, exc: BaseException) -> str:
+    return f"HTA {label} failed ({type(exc).__name__}: {exc}); left out"
 
 
 def rank_breakdowns(path: str, meta: dict, columns: Columns, helper=None) -> Callable[[], dict]:
@@ -339,8 +343,7 @@ def rank_breakdowns(path: str, meta: dict, columns: Columns, helper=None) -> Cal
         if share and isinstance(theirs, (OSError, EOFError)):
             done.update({label: ({}, f"HTA {label} left out: its helper process ended ({theirs})") for label in share})
         elif share and isinstance(theirs, Exception):
-            done.update({label: ({}, f"HTA {label} failed ({type(theirs).__name__}: {theirs}); left out")
-                         for label in share})
+            done.update({label: ({}, _failed(label, theirs)) for label in share})
         elif share:
             done.update(theirs)
         out, problems = {}, []

@@ -237,23 +237,26 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
         out[path] = Parsed(hit.meta, hit.reduced)
     workers = 1 if events or not todo else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
     alone = (todo if workers == 1 else []) + ([p for p in files if p not in todo] if events else [])
-    with tracefile.helpers(1 if any(map(shares_work, alone)) else 0) as helping:  # forked while this process is small
+    sharing = {p for p in alone if shares_work(p)}
+    with tracefile.helpers(1 if sharing else 0) as helping:  # forked while this process is small
+        def helping_for(path: str) -> list[tracefile.Helper]:
+            return helping if path in sharing else []
+
         if todo:
-            _parse(files, todo, out, progress, workers, world_hint, events, helping)
+            _parse(files, todo, out, progress, workers, world_hint, events, helping_for)
         for path, parsed in out.items():
             if events and isinstance(parsed, Parsed) and parsed.events is None:
                 try:
-                    parsed.events = decode_rank(path, world_hint, reduce=False,
-                                                helping=helping if shares_work(path) else [])[1]
+                    parsed.events = decode_rank(path, world_hint, reduce=False, helping=helping_for(path))[1]
                 except ValueError as exc:
                     out[path] = str(exc)
     return {p: out[p] for p in files}
 
 
 def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, workers: int, world_hint: int,
-           events: bool, helping: list[tracefile.Helper]) -> None:
-    """Parse the `todo` traces into `out`: one at a time (with the helpers, for traces that share work), or
-    this process the smallest and `workers - 1` forked workers the others."""
+           events: bool, helping_for: Callable[[str], list[tracefile.Helper]]) -> None:
+    """Parse the `todo` traces into `out`: one at a time (each with its `helping_for` helpers), or this
+    process the smallest and `workers - 1` forked workers the others."""
     scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
     try:
         targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
@@ -261,8 +264,7 @@ def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, wor
             progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
         hints = [world_hint] * len(todo)
         if workers == 1:
-            results = [parse_rank(p, t, w, events, helping if shares_work(p) else [])
-                       for p, t, w in zip(todo, targets, hints)]
+            results = [parse_rank(p, t, w, events, helping_for(p)) for p, t, w in zip(todo, targets, hints)]
         else:  # this process parses the smallest trace itself (it analyzes the run after), the workers the rest
             own = min(range(len(todo)), key=lambda i: uncompressed_size(todo[i]))
             others = [i for i in range(len(todo)) if i != own]

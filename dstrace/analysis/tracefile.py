@@ -137,8 +137,8 @@ class Columns:
         """An arg column over every row, or over `rows` (ascending): float64 for NUMERIC_ARGS, NaN where
         absent (objects when the trace put something else there), else objects, None where absent."""
         where, values = self.args[name]
-        dense = np.full(len(self) if rows is None else len(rows), np.nan) if values.dtype != object else \
-            np.empty(len(self) if rows is None else len(rows), dtype=object)
+        n = len(self) if rows is None else len(rows)
+        dense = np.full(n, np.nan) if values.dtype != object else np.empty(n, dtype=object)
         if rows is None:
             dense[where] = values
         elif len(rows):
