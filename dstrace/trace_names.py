@@ -23,6 +23,8 @@ accelerator): a trace holding them is not CPU-only, and its host times are not t
 P2P_KINDS = frozenset({"SendRecv", "Send", "Recv"})
 """Point-to-point kinds: matched across ranks by (sender, receiver) and order, never as a group collective."""
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+ALL_TO_ALL_RANGE = re.compile(r"^nccl:all_to_all")
+"""The range c10d's NCCL `alltoall_base` opens around the SendRecv kernel(s) it launches (`nccl:all_to_all`)."""
 CUSTOM_COLLECTIVE_KERNELS = (
     (re.compile(r"\bcross_device_reduce_(?:1stage|2stage|half_butterfly)\b"), "AllReduce"),
     (re.compile(r"\b(?:oneShot|twoShot)AllReduceKernel\b"), "AllReduce"),
@@ -76,10 +78,28 @@ def collective_kernel_kind(name: str) -> str | None:
     return next((kind for pattern, kind in CUSTOM_COLLECTIVE_KERNELS if pattern.search(name)), None)
 
 
+def is_nccl_kernel(name: str) -> bool:
+    """An NCCL (or RCCL) kernel, whatever it does: `ncclDevKernel_Generic(...)` names no kind, its args do."""
+    return NCCL_KERNEL.match(name) is not None
+
+
+def kernel_kind(name: str, coll_name) -> str | None:
+    """Kind of one collective kernel from its name and its `Collective name` arg: the arg where the name says
+    nothing (`ncclDevKernel_Generic`, newer NCCL and RCCL), AllToAll for SendRecv kernels whose arg says
+    all_to_all (c10d's `alltoall_base` runs as grouped send/recv), else the name's kind."""
+    kind = collective_kernel_kind(name)
+    arg = kind_of(coll_name.strip('"')) if isinstance(coll_name, str) else None
+    if kind is None or (kind in P2P_KINDS and arg == "AllToAll"):
+        return arg
+    return kind
+
+
 def kind_of(name: str) -> str | None:
     """Canonical CamelCase kind (AllGather, AllReduce, ...) of an NCCL kernel or a CPU collective op name."""
     m = NCCL_KERNEL.match(name)
-    if m and m.group(1) != "Generic":
+    if m and m.group(1) == "Generic":
+        return None
+    if m:
         return m.group(1)
     key = re.sub(r"[^a-z]", "", name.lower().split("(")[0].replace("nccl", ""))
     if key in NOT_COLLECTIVES:

@@ -15,7 +15,8 @@ import pandas as pd
 
 from dstrace.analysis.model import CollectiveStats, LoadedRun
 from dstrace.trace_names import (
-    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, collective_kernel_kind, dtype_bytes, kind_of, numel, p2p_side, parse_ranks,
+    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, P2P_KINDS, collective_kernel_kind, dtype_bytes,
+    is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
 )
 
 
@@ -38,9 +39,7 @@ def message_size(in_bytes: float, out_bytes: float) -> float:
 
 def _launch_ts(events: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
     """Host time each kernel was launched (its cuda_runtime/driver call, joined on correlation)."""
-    launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(), ["correlation", "ts"]]
-    launch = launches.drop_duplicates("correlation").set_index("correlation")["ts"]
-    return kernels["correlation"].map(launch).fillna(kernels["ts"])
+    return kernels["correlation"].map(_launches(events)["ts"]).fillna(kernels["ts"])
 
 
 def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
@@ -50,15 +49,58 @@ def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def _launches(events: pd.DataFrame) -> pd.DataFrame:
+    """Each correlation's launch call (its host thread and time), the first where a trace repeats one."""
+    launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(),
+                          ["correlation", "pid", "tid", "ts"]]
+    return launches.drop_duplicates("correlation").set_index("correlation")
+
+
+def _launched_in_all_to_all(events: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
+    """Whether each kernel was launched inside an all-to-all range on its launching thread: c10d's
+    `nccl:all_to_all`, or a `record_param_comms` whose `Collective name` says all_to_all. Older traces
+    write no args on the kernel itself; this range is then the only evidence that SendRecv kernels are one
+    all-to-all rather than point-to-point calls."""
+    inside = np.zeros(len(kernels), dtype=bool)
+    on_host = ~events["is_gpu"].to_numpy()
+    named = events["name"].isin([n for n in events["name"].unique() if ALL_TO_ALL_RANGE.match(str(n))]).to_numpy()
+    rpc = on_host & (events["name"] == "record_param_comms").to_numpy()
+    if rpc.any():
+        says = events.loc[rpc, "coll_name"].map(lambda c: isinstance(c, str) and kind_of(c.strip('"')) == "AllToAll")
+        rpc[rpc] = says.to_numpy(dtype=bool)
+    ranges = events.loc[on_host & (named | rpc), ["pid", "tid", "ts", "end"]]
+    if ranges.empty or kernels.empty:
+        return inside
+    launch = _launches(events).reindex(kernels["correlation"].to_numpy())
+    for (pid, tid), r in ranges.groupby(["pid", "tid"], dropna=False, sort=False):
+        here = ((launch["pid"] == pid) & (launch["tid"] == tid)).to_numpy()
+        if not here.any():
+            continue
+        r = r.sort_values("ts")
+        ts = launch["ts"].to_numpy()[here]
+        # ranges nest but never overlap on one thread: the latest start before the launch holds it if any does
+        idx = np.searchsorted(r["ts"].to_numpy(), ts, side="right") - 1
+        reach = np.maximum.accumulate(r["end"].to_numpy())
+        inside[here] = (idx >= 0) & (ts <= reach[np.clip(idx, 0, None)])
+    return inside
+
+
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
+    """NCCL kernels (and serving engines' custom all-reduce kernels) with their kind, sizes and launch time.
+
+    Every NCCL kernel is read, also `ncclDevKernel_Generic`, whose kind only its args give; SendRecv kernels
+    are AllToAll when their args or the range they were launched in say so (`trace_names.kernel_kind`)."""
     is_gpu = events["is_gpu"].to_numpy()
-    kinds = {str(n): collective_kernel_kind(str(n)) for n in events.loc[is_gpu, "name"].unique()}
-    named = [n for n, kind in kinds.items() if kind is not None]
-    kernels = _text_names(events[is_gpu & events["name"].isin(named).to_numpy()])
+    names = [str(n) for n in events.loc[is_gpu, "name"].unique()]
+    wanted = [n for n in names if is_nccl_kernel(n) or collective_kernel_kind(n) is not None]
+    kernels = _text_names(events[is_gpu & events["name"].isin(wanted).to_numpy()])
     if kernels.empty:
         return kernels
-    kernels["kind"] = [kinds[n] or kind_of(str(c or ""))
-                       for n, c in zip(kernels["name"], kernels["coll_name"])]
+    kernels["kind"] = [kernel_kind(n, c) for n, c in zip(kernels["name"], kernels["coll_name"])]
+    p2p = kernels["kind"].isin(P2P_KINDS).to_numpy()
+    if p2p.any():
+        in_range = _launched_in_all_to_all(events, kernels)
+        kernels.loc[p2p & in_range, "kind"] = "AllToAll"
     kernels = kernels[kernels["kind"].notna()]
     size = kernels["dtype"].map(dtype_bytes)
     kernels["in_bytes"] = pd.to_numeric(kernels["in_nelems"], errors="coerce") * size
