@@ -34,6 +34,27 @@ vLLM's custom all-reduce (csrc/custom_all_reduce.cuh: `cross_device_reduce_1stag
 `_half_butterfly`, demangled as `void vllm::cross_device_reduce_1stage<c10::BFloat16, 2>(...)`), the same
 kernels in SGLang's sgl-kernel (csrc/allreduce/custom_all_reduce.cuh), and TensorRT-LLM's one-/two-shot
 all-reduce that SGLang's trt_reduce builds (customAllReduceKernels.cu). They carry no message sizes."""
+COMM_LIBRARY_KERNELS = (
+    (NCCL_KERNEL, "NCCL"),
+    (re.compile(r"\bvllm::cross_device_reduce_"), "vLLM custom all-reduce"),
+    (re.compile(r"\bsglang::cross_device_reduce_"), "SGLang custom all-reduce"),
+    (re.compile(r"\bcross_device_reduce_(?:1stage|2stage|half_butterfly)\b"), "vLLM/SGLang custom all-reduce"),
+    (re.compile(r"\b(?:oneShot|twoShot)AllReduceKernel\b"), "TensorRT-LLM custom all-reduce"),
+    (re.compile(r"\b(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::"), "DeepEP"),
+    (re.compile(r"\bmscclpp::"), "MSCCL++"),
+    (re.compile(r"\bnvshmem[ix]?_"), "NVSHMEM"),
+)
+"""Kernels that move data between GPUs, by library, first match wins: NCCL's (RCCL names its kernels the
+same); the custom all-reduce kernels above; DeepEP's expert-parallel dispatch/combine kernels, in its
+`deep_ep::intranode`, `::internode` and `::internode_ll` namespaces (DeepEP's csrc/kernels), and as
+`dpsk::ep::internode::dispatch` / `combine` / `notify_dispatch` / `cached_notify` in DeepSeek's public
+profile (github.com/deepseek-ai/profile-data, train.json); its `get_dispatch_layout`, which only counts
+tokens per rank, is compute. MSCCL++ kernels carry `mscclpp::` types in their demangled names; NVSHMEM's
+own kernels are named `nvshmem_` / `nvshmemi_` / `nvshmemx_`. A kernel named here is communication in
+the compute/communication split even when dstrace cannot match it across ranks as a collective."""
+UNMATCHED_COMM_LIBRARIES = ("DeepEP", "MSCCL++", "NVSHMEM")
+"""Libraries of `COMM_LIBRARY_KERNELS` whose kernels are not read as collectives: their names give no kind
+and their args no group or sizes, so they have no wait/transfer split and no bandwidth."""
 GLOO_OP = re.compile(r"^gloo:(\w+)")
 C10D_OP = re.compile(r"^c10d::(\w+)")
 # CPU ops that are communication or bookkeeping, not compute, in a CPU-only trace.
@@ -76,6 +97,11 @@ def collective_kernel_kind(name: str) -> str | None:
     if name.startswith("nccl"):
         return kind_of(name)
     return next((kind for pattern, kind in CUSTOM_COLLECTIVE_KERNELS if pattern.search(name)), None)
+
+
+def comm_library(name: str) -> str | None:
+    """The library whose communication kernel this is (`COMM_LIBRARY_KERNELS`), else None."""
+    return next((library for pattern, library in COMM_LIBRARY_KERNELS if pattern.search(name)), None)
 
 
 def is_nccl_kernel(name: str) -> bool:

@@ -57,8 +57,11 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             comm_us=w.get("comm_us", 0.0), wait_us=w.get("wait_us", 0.0), waited_for=w.get("waited_for", {}),
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
             unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, {}),
-            host_time=trace.reduced.host_time,
+            host_time=trace.reduced.host_time, comm_libraries_us=util.get("comm_libraries_us", {}),
         )
+    libraries = utilization.library_note({r: s.comm_libraries_us for r, s in summaries.items()})
+    if libraries:
+        notes.append(libraries)
     step_summary = steps_mod.summarize_steps(run, step_df, step_source, coll)
     found = findings.all_findings(run, summaries, step_summary)
     if run.source == "summaries":

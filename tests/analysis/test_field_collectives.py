@@ -142,3 +142,64 @@ def test_generic_kernels_of_the_mi300_resnet_are_collectives(tmp_path):
     assert colls["AllReduce"].group_size == 8
     assert colls["AllReduce"].unsplit_us == pytest.approx(colls["AllReduce"].kernel_us)
     assert any("ranks 1-7 (7 of 8)" in w for w in a.warnings)
+
+
+DEEPEP = {  # kernel names as DeepSeek's public profile (profile-data, train.json) writes them, shortened args
+    "combine": "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*, bool const*)",
+    "dispatch": "void dpsk::ep::internode::dispatch<false, 8, false, 8>(int4*, float*, long*, float*)",
+    "notify": "void dpsk::ep::internode::notify_dispatch<false, 8>(int const*, long*, int, int const*, int*)",
+    "layout": "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int)",
+}
+
+
+def test_deepep_kernels_are_deepep_communication(tmp_path):
+    """A twin of DeepSeek's expert-parallel training profile (profile-data train.json, rank 0 of 64, H800;
+    not committed: its repository states no licence): DeepEP's `dpsk::ep::internode::*` kernels move tokens
+    between ranks on their own stream while GEMMs run on another. What an expert reads off the real trace:
+    113.0 of the 129.0 ms span is DeepEP communication (combine 49.5, cached_notify 23.6, dispatch 31.0,
+    notify_dispatch 9.0 ms), overlapping compute; no NCCL kernel at all. In this twin, per step of 1000 us:
+    notify 50 us, dispatch 300 us, combine 400 us on stream 30; layout 20 us and a GEMM of 600 us on stream 7.
+
+    Before: every DeepEP kernel was compute (HTA's OTHER), communication 0 and "compute 100%"."""
+    for rank in range(2):
+        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        for step in range(3):
+            t = step * 1000.0
+            b.kernel(DEEPEP["layout"], t, 20.0, stream=7)
+            b.kernel(DEEPEP["notify"], t + 30.0, 50.0, stream=30)
+            b.kernel(DEEPEP["dispatch"], t + 90.0, 300.0, stream=30)
+            b.compute(t + 100.0, 600.0, stream=7)
+            b.kernel(DEEPEP["combine"], t + 400.0, 400.0, stream=30)
+        b.write(str(tmp_path))
+    a = analyze_dir(tmp_path)
+    for r in (0, 1):
+        s = a.ranks[r]
+        assert s.busy_us["communication"] == pytest.approx(3 * (50 + 300 + 400))
+        assert s.busy_us["compute"] == pytest.approx(3 * (20 + 600))
+        assert s.comm_libraries_us == {"DeepEP": pytest.approx(3 * 750.0)}
+        assert s.collectives == {}  # no group or sizes: not matched as a collective
+    assert any(n.endswith("DeepEP kernels on ranks 0, 1: 2.2 ms each") for n in a.notes), a.notes
+
+
+@pytest.mark.parametrize("name,library", [
+    (DEEPEP["combine"], "DeepEP"),
+    ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*)", "DeepEP"),
+    ("void deep_ep::internode_ll::combine<false, 8, 7168>(void*, void*, int*)", "DeepEP"),
+    (DEEPEP["layout"], None),
+    ("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int)", None),
+    ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "NCCL"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "NCCL"),
+    ("void vllm::cross_device_reduce_1stage<c10::BFloat16, 2>(vllm::RankData*, vllm::RankSignals)",
+     "vLLM custom all-reduce"),
+    ("void sglang::cross_device_reduce_2stage<__half, 8>(sglang::RankData*)", "SGLang custom all-reduce"),
+    ("void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 2>(AllReduceParams)",
+     "TensorRT-LLM custom all-reduce"),
+    ("void allreduce8<__nv_bfloat16>(__nv_bfloat16*, mscclpp::MemoryChannelDeviceHandle*, int, int, unsigned long)",
+     "MSCCL++"),
+    ("nvshmemi_barrier_all_on_stream_kernel()", "NVSHMEM"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", None),
+])
+def test_comm_library(name, library):
+    from dstrace.trace_names import comm_library
+
+    assert comm_library(name) == library
