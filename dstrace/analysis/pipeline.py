@@ -43,7 +43,9 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
 
     hta, hta_warnings = hta_breakdown.hta_breakdowns(run)
     warnings.extend(hta_warnings)
-    stats = collectives.collective_stats(coll)
+    windows = collectives.rank_windows(run, clock)
+    stats = collectives.collective_stats(coll, windows)
+    notes.extend(collectives.window_notes(coll, windows))
     waits = peer_wait.wait_summary(coll)
 
     summaries: dict[int, RankSummary] = {}

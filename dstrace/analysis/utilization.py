@@ -4,8 +4,8 @@ GPU runs: unions of GPU kernel intervals per kind, classified like HTA (`hta.uti
 except that every kernel of a communication library (`trace_names.comm_library`: NCCL, DeepEP, custom
 all-reduce, MSCCL++, NVSHMEM) is communication where HTA calls it compute; each library's communication
 time is kept as well (`comm_libraries_us`). The span runs from the first kernel start to the last kernel
-end (HTA's temporal span). CPU-only runs: collectives are the gloo/c10d ops, compute is the outermost other CPU ops, over the span of the
-step ranges (or of all events). Unions, so overlapping streams or threads are never counted twice.
+end (HTA's temporal span). CPU-only runs: collectives are the gloo/c10d ops, compute is the outermost other
+CPU ops, over the span of the step ranges (or of all events). Unions, so overlapping streams or threads are never counted twice.
 """
 from __future__ import annotations
 
@@ -46,8 +46,9 @@ def idle_rank() -> dict:
 
 def utilization(events: pd.DataFrame, coll: pd.DataFrame, device: str,
                 window: tuple[float, float] | None = None) -> dict:
-    """One rank's span_us, idle_us, busy_us by kind, exposed_comm_us, and per-GPU busy/idle when several
-    GPUs. `coll`: the rank's collectives (CPU runs count them as communication)."""
+    """One rank's span_us, idle_us, busy_us by kind, exposed_comm_us, the window they are measured over
+    (`window_us`, the rank's own clock), and per-GPU busy/idle when several GPUs. `coll`: the rank's
+    collectives (CPU runs count them as communication)."""
     work = gpu_kernels(events) if device == "gpu" else cpu_work(events, coll)
     if window is None and len(work):
         window = (float(work["ts"].min()), float(work["end"].max()))
@@ -62,7 +63,8 @@ def utilization(events: pd.DataFrame, coll: pd.DataFrame, device: str,
     comm = unions["communication"]
     exposed = intervals.total(comm) - intervals.intersection_total(unions["compute"], comm)
     out = {"span_us": span, "idle_us": span - intervals.total(everything),
-           "busy_us": {k: intervals.total(u) for k, u in unions.items()}, "exposed_comm_us": exposed}
+           "busy_us": {k: intervals.total(u) for k, u in unions.items()}, "exposed_comm_us": exposed,
+           "window_us": [float(lo), float(hi)]}
     if "library" in work:
         out["comm_libraries_us"] = {str(lib): intervals.total(intervals.merge(g["ts"], g["end"]))
                                     for lib, g in work.groupby("library")}
