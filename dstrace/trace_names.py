@@ -20,6 +20,9 @@ ACCELERATOR_CATEGORIES = {
 }
 """Categories Kineto writes for accelerators whose device timeline dstrace does not read (category ->
 accelerator): a trace holding them is not CPU-only, and its host times are not the whole story."""
+UNNAMED_NCCL = "NCCL (kind not named)"
+"""The kind of an NCCL kernel whose name and args name no collective (`ncclDevKernel_Generic` without
+`Collective name` args): its time is counted, but no call on another rank can be told to be the same."""
 P2P_KINDS = frozenset({"SendRecv", "Send", "Recv"})
 """Point-to-point kinds: matched across ranks by (sender, receiver) and order, never as a group collective."""
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")

@@ -17,8 +17,8 @@ from dstrace.analysis import intervals
 from dstrace.analysis.model import ClockOffset, CollectiveStats, LoadedRun
 from dstrace.rankset import ranks_text
 from dstrace.trace_names import (
-    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, P2P_KINDS, collective_kernel_kind, dtype_bytes,
-    is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
+    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, P2P_KINDS, UNNAMED_NCCL, collective_kernel_kind,
+    dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
 )
 
 
@@ -90,15 +90,17 @@ def _launched_in_all_to_all(events: pd.DataFrame, kernels: pd.DataFrame) -> np.n
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
     """NCCL kernels (and serving engines' custom all-reduce kernels) with their kind, sizes and launch time.
 
-    Every NCCL kernel is read, also `ncclDevKernel_Generic`, whose kind only its args give; SendRecv kernels
-    are AllToAll when their args or the range they were launched in say so (`trace_names.kernel_kind`)."""
+    Every NCCL kernel is read, also `ncclDevKernel_Generic`, whose kind only its args give (`UNNAMED_NCCL`
+    where they give none); SendRecv kernels are AllToAll when their args or the range they were launched
+    in say so (`trace_names.kernel_kind`)."""
     is_gpu = events["is_gpu"].to_numpy()
     names = [str(n) for n in events.loc[is_gpu, "name"].unique()]
     wanted = [n for n in names if is_nccl_kernel(n) or collective_kernel_kind(n) is not None]
     kernels = _text_names(events[is_gpu & events["name"].isin(wanted).to_numpy()])
     if kernels.empty:
         return kernels
-    kernels["kind"] = [kernel_kind(n, c) for n, c in zip(kernels["name"], kernels["coll_name"])]
+    kernels["kind"] = [kernel_kind(n, c) or (UNNAMED_NCCL if is_nccl_kernel(n) else None)
+                       for n, c in zip(kernels["name"], kernels["coll_name"])]
     p2p = kernels["kind"].isin(P2P_KINDS).to_numpy()
     if p2p.any():
         in_range = _launched_in_all_to_all(events, kernels)

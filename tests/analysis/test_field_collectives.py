@@ -130,18 +130,21 @@ def test_generic_kernels_of_the_mi300_resnet_are_collectives(tmp_path):
     """TraceLens's MI300 ResNet trace (rank 0 of 8, RCCL 2.22.3): 17 `ncclDevKernel_Generic` kernels on
     stream 4. 12 carry `Collective name` args: 6 allreduce (2,873,320 or 8,816,192 bf16 elements) and
     6 broadcast (9,600 or 20 elements); the other 5 carry none (launched before the profiler saw their
-    record_param_comms). Ranks 1-7 have no trace, so who arrives last cannot be told: no split.
+    record_param_comms): NCCL time whose collective no event names. Ranks 1-7 have no trace, so who
+    arrives last cannot be told: no split.
 
     Before: every Generic kernel was dropped, the report showed no collective."""
     shutil.copy(MI300_RESNET, tmp_path)
     a = analyze_dir(tmp_path)
     colls = a.ranks[0].collectives
-    assert {k: v.count for k, v in colls.items()} == {"AllReduce": 6, "Broadcast": 6}
+    assert {k: v.count for k, v in colls.items()} == {"AllReduce": 6, "Broadcast": 6, "NCCL (kind not named)": 5}
+    assert colls["NCCL (kind not named)"].unsplit_us == pytest.approx(colls["NCCL (kind not named)"].kernel_us)
     assert colls["AllReduce"].bytes == 3 * 2 * (2_873_320 + 8_816_192)
     assert colls["Broadcast"].bytes == 3 * (9_600 * 2 + 20 * 8)
     assert colls["AllReduce"].group_size == 8
     assert colls["AllReduce"].unsplit_us == pytest.approx(colls["AllReduce"].kernel_us)
     assert any("ranks 1-7 (7 of 8)" in w for w in a.warnings)
+    assert any("5 NCCL (kind not named) call(s) on rank 0" in w for w in a.warnings)
 
 
 DEEPEP = {  # kernel names as DeepSeek's public profile (profile-data, train.json) writes them, shortened args
