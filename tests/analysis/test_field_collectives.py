@@ -163,7 +163,7 @@ def test_deepep_kernels_are_deepep_communication(tmp_path):
     notify_dispatch 9.0 ms), overlapping compute; no NCCL kernel at all. In this twin, per step of 1000 us:
     notify 50 us, dispatch 300 us, combine 400 us on stream 30; layout 20 us and a GEMM of 600 us on stream 7.
 
-    Before: every DeepEP kernel was compute (HTA's OTHER), communication 0 and "compute 100%"."""
+    Before: every DeepEP kernel was compute (HTA's kernel type says COMPUTATION), communication 0."""
     for rank in range(2):
         b = synthetic.TraceBuilder(rank, dstrace_meta=None)
         for step in range(3):
