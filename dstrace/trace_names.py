@@ -20,9 +20,14 @@ ACCELERATOR_CATEGORIES = {
 }
 """Categories Kineto writes for accelerators whose device timeline dstrace does not read (category ->
 accelerator): a trace holding them is not CPU-only, and its host times are not the whole story."""
+UNNAMED_NCCL = "NCCL (kind not named)"
+"""The kind of an NCCL kernel whose name and args name no collective (`ncclDevKernel_Generic` without
+`Collective name` args): its time is counted, but no call on another rank can be told to be the same."""
 P2P_KINDS = frozenset({"SendRecv", "Send", "Recv"})
 """Point-to-point kinds: matched across ranks by (sender, receiver) and order, never as a group collective."""
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+ALL_TO_ALL_RANGE = re.compile(r"^nccl:all_to_all")
+"""The range c10d's NCCL `alltoall_base` opens around the SendRecv kernel(s) it launches (`nccl:all_to_all`)."""
 CUSTOM_COLLECTIVE_KERNELS = (
     (re.compile(r"\bcross_device_reduce_(?:1stage|2stage|half_butterfly)\b"), "AllReduce"),
     (re.compile(r"\b(?:oneShot|twoShot)AllReduceKernel\b"), "AllReduce"),
@@ -32,6 +37,27 @@ vLLM's custom all-reduce (csrc/custom_all_reduce.cuh: `cross_device_reduce_1stag
 `_half_butterfly`, demangled as `void vllm::cross_device_reduce_1stage<c10::BFloat16, 2>(...)`), the same
 kernels in SGLang's sgl-kernel (csrc/allreduce/custom_all_reduce.cuh), and TensorRT-LLM's one-/two-shot
 all-reduce that SGLang's trt_reduce builds (customAllReduceKernels.cu). They carry no message sizes."""
+COMM_LIBRARY_KERNELS = (
+    (NCCL_KERNEL, "NCCL"),
+    (re.compile(r"\bvllm::cross_device_reduce_"), "vLLM custom all-reduce"),
+    (re.compile(r"\bsglang::cross_device_reduce_"), "SGLang custom all-reduce"),
+    (re.compile(r"\bcross_device_reduce_(?:1stage|2stage|half_butterfly)\b"), "vLLM/SGLang custom all-reduce"),
+    (re.compile(r"\b(?:oneShot|twoShot)AllReduceKernel\b"), "TensorRT-LLM custom all-reduce"),
+    (re.compile(r"\b(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::"), "DeepEP"),
+    (re.compile(r"\bmscclpp::"), "MSCCL++"),
+    (re.compile(r"\bnvshmem[ix]?_"), "NVSHMEM"),
+)
+"""Kernels that move data between GPUs, by library, first match wins: NCCL's (RCCL names its kernels the
+same); the custom all-reduce kernels above; DeepEP's expert-parallel dispatch/combine kernels, in its
+`deep_ep::intranode`, `::internode` and `::internode_ll` namespaces (DeepEP's csrc/kernels), and as
+`dpsk::ep::internode::dispatch` / `combine` / `notify_dispatch` / `cached_notify` in DeepSeek's public
+profile (github.com/deepseek-ai/profile-data, train.json); its `get_dispatch_layout`, which only counts
+tokens per rank, is compute. MSCCL++ kernels carry `mscclpp::` types in their demangled names; NVSHMEM's
+own kernels are named `nvshmem_` / `nvshmemi_` / `nvshmemx_`. A kernel named here is communication in
+the compute/communication split even when dstrace cannot match it across ranks as a collective."""
+UNMATCHED_COMM_LIBRARIES = ("DeepEP", "MSCCL++", "NVSHMEM")
+"""Libraries of `COMM_LIBRARY_KERNELS` whose kernels are not read as collectives: their names give no kind
+and their args no group or sizes, so they have no wait/transfer split and no bandwidth."""
 GLOO_OP = re.compile(r"^gloo:(\w+)")
 C10D_OP = re.compile(r"^c10d::(\w+)")
 # CPU ops that are communication or bookkeeping, not compute, in a CPU-only trace.
@@ -76,10 +102,33 @@ def collective_kernel_kind(name: str) -> str | None:
     return next((kind for pattern, kind in CUSTOM_COLLECTIVE_KERNELS if pattern.search(name)), None)
 
 
+def comm_library(name: str) -> str | None:
+    """The library whose communication kernel this is (`COMM_LIBRARY_KERNELS`), else None."""
+    return next((library for pattern, library in COMM_LIBRARY_KERNELS if pattern.search(name)), None)
+
+
+def is_nccl_kernel(name: str) -> bool:
+    """An NCCL (or RCCL) kernel, whatever it does: `ncclDevKernel_Generic(...)` names no kind, its args do."""
+    return NCCL_KERNEL.match(name) is not None
+
+
+def kernel_kind(name: str, coll_name) -> str | None:
+    """Kind of one collective kernel from its name and its `Collective name` arg: the arg where the name says
+    nothing (`ncclDevKernel_Generic`, newer NCCL and RCCL), AllToAll for SendRecv kernels whose arg says
+    all_to_all (c10d's `alltoall_base` runs as grouped send/recv), else the name's kind."""
+    kind = collective_kernel_kind(name)
+    arg = kind_of(coll_name.strip('"')) if isinstance(coll_name, str) else None
+    if kind is None or (kind in P2P_KINDS and arg == "AllToAll"):
+        return arg
+    return kind
+
+
 def kind_of(name: str) -> str | None:
     """Canonical CamelCase kind (AllGather, AllReduce, ...) of an NCCL kernel or a CPU collective op name."""
     m = NCCL_KERNEL.match(name)
-    if m and m.group(1) != "Generic":
+    if m and m.group(1) == "Generic":
+        return None
+    if m:
         return m.group(1)
     key = re.sub(r"[^a-z]", "", name.lower().split("(")[0].replace("nccl", ""))
     if key in NOT_COLLECTIVES:

@@ -13,9 +13,12 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis.model import CollectiveStats, LoadedRun
+from dstrace.analysis import intervals
+from dstrace.analysis.model import ClockOffset, CollectiveStats, LoadedRun
+from dstrace.rankset import ranks_text
 from dstrace.trace_names import (
-    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, collective_kernel_kind, dtype_bytes, kind_of, numel, p2p_side, parse_ranks,
+    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, P2P_KINDS, UNNAMED_NCCL, collective_kernel_kind,
+    dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
 )
 
 
@@ -38,9 +41,7 @@ def message_size(in_bytes: float, out_bytes: float) -> float:
 
 def _launch_ts(events: pd.DataFrame, kernels: pd.DataFrame) -> pd.Series:
     """Host time each kernel was launched (its cuda_runtime/driver call, joined on correlation)."""
-    launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(), ["correlation", "ts"]]
-    launch = launches.drop_duplicates("correlation").set_index("correlation")["ts"]
-    return kernels["correlation"].map(launch).fillna(kernels["ts"])
+    return kernels["correlation"].map(_launches(events)["ts"]).fillna(kernels["ts"])
 
 
 def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
@@ -50,15 +51,60 @@ def _text_names(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def _launches(events: pd.DataFrame) -> pd.DataFrame:
+    """Each correlation's launch call (its host thread and time), the first where a trace repeats one."""
+    launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(),
+                          ["correlation", "pid", "tid", "ts"]]
+    return launches.drop_duplicates("correlation").set_index("correlation")
+
+
+def _launched_in_all_to_all(events: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
+    """Whether each kernel was launched inside an all-to-all range on its launching thread: c10d's
+    `nccl:all_to_all`, or a `record_param_comms` whose `Collective name` says all_to_all. Older traces
+    write no args on the kernel itself; this range is then the only evidence that SendRecv kernels are one
+    all-to-all rather than point-to-point calls."""
+    inside = np.zeros(len(kernels), dtype=bool)
+    on_host = ~events["is_gpu"].to_numpy()
+    named = events["name"].isin([n for n in events["name"].unique() if ALL_TO_ALL_RANGE.match(str(n))]).to_numpy()
+    rpc = on_host & (events["name"] == "record_param_comms").to_numpy()
+    if rpc.any():
+        says = events.loc[rpc, "coll_name"].map(lambda c: isinstance(c, str) and kind_of(c.strip('"')) == "AllToAll")
+        rpc[rpc] = says.to_numpy(dtype=bool)
+    ranges = events.loc[on_host & (named | rpc), ["pid", "tid", "ts", "end"]]
+    if ranges.empty or kernels.empty:
+        return inside
+    launch = _launches(events).reindex(kernels["correlation"].to_numpy())
+    for (pid, tid), r in ranges.groupby(["pid", "tid"], dropna=False, sort=False):
+        here = ((launch["pid"] == pid) & (launch["tid"] == tid)).to_numpy()
+        if not here.any():
+            continue
+        r = r.sort_values("ts")
+        ts = launch["ts"].to_numpy()[here]
+        # ranges nest but never overlap on one thread: the latest start before the launch holds it if any does
+        idx = np.searchsorted(r["ts"].to_numpy(), ts, side="right") - 1
+        reach = np.maximum.accumulate(r["end"].to_numpy())
+        inside[here] = (idx >= 0) & (ts <= reach[np.clip(idx, 0, None)])
+    return inside
+
+
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
+    """NCCL kernels (and serving engines' custom all-reduce kernels) with their kind, sizes and launch time.
+
+    Every NCCL kernel is read, also `ncclDevKernel_Generic`, whose kind only its args give (`UNNAMED_NCCL`
+    where they give none); SendRecv kernels are AllToAll when their args or the range they were launched
+    in say so (`trace_names.kernel_kind`)."""
     is_gpu = events["is_gpu"].to_numpy()
-    kinds = {str(n): collective_kernel_kind(str(n)) for n in events.loc[is_gpu, "name"].unique()}
-    named = [n for n, kind in kinds.items() if kind is not None]
-    kernels = _text_names(events[is_gpu & events["name"].isin(named).to_numpy()])
+    names = [str(n) for n in events.loc[is_gpu, "name"].unique()]
+    wanted = [n for n in names if is_nccl_kernel(n) or collective_kernel_kind(n) is not None]
+    kernels = _text_names(events[is_gpu & events["name"].isin(wanted).to_numpy()])
     if kernels.empty:
         return kernels
-    kernels["kind"] = [kinds[n] or kind_of(str(c or ""))
+    kernels["kind"] = [kernel_kind(n, c) or (UNNAMED_NCCL if is_nccl_kernel(n) else None)
                        for n, c in zip(kernels["name"], kernels["coll_name"])]
+    p2p = kernels["kind"].isin(P2P_KINDS).to_numpy()
+    if p2p.any():
+        in_range = _launched_in_all_to_all(events, kernels)
+        kernels.loc[p2p & in_range, "kind"] = "AllToAll"
     kernels = kernels[kernels["kind"].notna()]
     size = kernels["dtype"].map(dtype_bytes)
     kernels["in_bytes"] = pd.to_numeric(kernels["in_nelems"], errors="coerce") * size
@@ -158,10 +204,59 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)[COLUMNS]
 
 
-def collective_stats(coll: pd.DataFrame) -> dict[int, dict[str, CollectiveStats]]:
-    """Per rank and kind: count, bytes, time, and the nccl-tests bandwidths. Needs the `peer_wait.split_wait`
-    columns: calls whose split is withheld count in `unsplit_us` and not in the bandwidth over transfer."""
+def rank_windows(run: LoadedRun, offsets: dict[int, ClockOffset]) -> dict[int, tuple[float, float]]:
+    """Each rank's analysed window (`utilization`: the kernel span on GPU, the step ranges on CPU) on the
+    aligned clock of `alignment.align`."""
+    out = {}
+    for r, t in run.traces.items():
+        window = t.reduced.utilization.get("window_us") if t.has_gpu == (run.device == "gpu") else None
+        if not window:
+            continue
+        o = offsets.get(r)
+        shift = o.offset_us if o is not None and o.applied else 0.0
+        out[r] = (float(window[0]) - shift, float(window[1]) - shift)
+    return out
+
+
+def in_windows(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None) -> pd.DataFrame:
+    """The calls each rank's analysed window holds: those that start inside it, their time cut at its end
+    (wait first, then transfer). A rank without a window keeps every call. Windows are on the clock of
+    `coll` (after alignment)."""
+    if not windows or coll.empty:
+        return coll
+    bounds = pd.DataFrame([(r, lo, hi) for r, (lo, hi) in windows.items()], columns=["rank", "lo", "hi"])
+    lo = coll["rank"].map(bounds.set_index("rank")["lo"]).fillna(-np.inf)
+    hi = coll["rank"].map(bounds.set_index("rank")["hi"]).fillna(np.inf)
+    inside = (coll["ts"] >= lo) & (coll["ts"] <= hi)
+    coll = coll[inside].copy()
+    hi = hi[inside]
+    cut = coll["end"] > hi
+    coll["dur"] = coll["dur"].where(~cut, hi - coll["ts"])  # the others' unchanged, to the bit
+    coll["end"] = coll["end"].where(~cut, hi)
+    if "wait_us" in coll and cut.any():
+        coll.loc[cut, "wait_us"] = np.minimum(coll.loc[cut, "wait_us"], coll.loc[cut, "dur"])
+        coll.loc[cut, "transfer_us"] = coll.loc[cut, "dur"] - coll.loc[cut, "wait_us"]
+    return coll
+
+
+def _overlap_union_us(rows: pd.DataFrame) -> float | None:
+    """The union of the calls' intervals where some of them overlap, else None (their durations add up)."""
+    ordered = rows.sort_values("ts", kind="stable")
+    reach = ordered["end"].cummax().shift()
+    if not (ordered["ts"] < reach).any():
+        return None
+    return intervals.total(intervals.merge(rows["ts"], rows["end"]))
+
+
+def collective_stats(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None
+                     ) -> dict[int, dict[str, CollectiveStats]]:
+    """Per rank and kind, over the calls in the rank's analysed window (`in_windows`): count, bytes, time,
+    and the nccl-tests bandwidths. Time (`kernel_us`, and `unsplit_us` of the calls whose split is
+    withheld) is the union of the calls' intervals: calls that overlap (on several threads or streams)
+    count once, so it never exceeds the window; wait and transfer are summed per call. Needs the
+    `peer_wait.split_wait` columns: withheld calls are left out of the bandwidth over transfer."""
     out: dict[int, dict[str, CollectiveStats]] = {}
+    coll = in_windows(coll, windows)
     if coll.empty:
         return out
     split = coll["split"].astype(bool)
@@ -170,17 +265,49 @@ def collective_stats(coll: pd.DataFrame) -> dict[int, dict[str, CollectiveStats]
         count=("dur", "size"), bytes=("bytes", "sum"), kernel_us=("dur", "sum"),
         wait_us=("wait_us", "sum"), transfer_us=("transfer_us", "sum"), unsplit_us=("unsplit_us", "sum"),
         split_count=("split", "sum"), split_bytes=("split_bytes", "sum"), group_size=("group_size", "max"))
+    for key, rows in coll.groupby(["rank", "kind"]):
+        union = _overlap_union_us(rows)
+        if union is not None:
+            grouped.loc[key, "kernel_us"] = union
+            unsplit = _overlap_union_us(rows[~rows["split"].astype(bool)])
+            if unsplit is not None:
+                grouped.loc[key, "unsplit_us"] = unsplit
     for (rank, kind), row in grouped.iterrows():
-        algbw = row["bytes"] / row["kernel_us"] / 1e3 if row["kernel_us"] > 0 else 0.0
+        kernel_us = float(row["kernel_us"])
+        algbw = row["bytes"] / kernel_us / 1e3 if kernel_us > 0 else 0.0
         factor = busbw_factor(kind, int(row["group_size"]))
         transfer_busbw = None
         if row["split_count"]:
             transfer_bw = row["split_bytes"] / row["transfer_us"] / 1e3 if row["transfer_us"] > 0 else 0.0
             transfer_busbw = float(transfer_bw * factor)
         out.setdefault(int(rank), {})[kind] = CollectiveStats(
-            count=int(row["count"]), bytes=int(row["bytes"]), kernel_us=float(row["kernel_us"]),
+            count=int(row["count"]), bytes=int(row["bytes"]), kernel_us=kernel_us,
             wait_us=float(row["wait_us"]), transfer_us=float(row["transfer_us"]),
             algbw_GBps=float(algbw), busbw_GBps=float(algbw * factor),
             busbw_transfer_GBps=transfer_busbw, group_size=int(row["group_size"]),
             unsplit_us=float(row["unsplit_us"]))
     return out
+
+
+def window_notes(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None) -> list[str]:
+    """What the Collectives table leaves out or counts once: calls outside the ranks' analysed windows,
+    and calls of one kind that overlap in time (several threads or streams), with their summed time."""
+    if coll.empty:
+        return []
+    notes = []
+    kept = in_windows(coll, windows)
+    outside = coll.loc[~coll.index.isin(kept.index), "rank"]
+    if len(outside):
+        notes.append(f"{len(outside)} collective call(s) on {ranks_text(set(outside))} start outside the analysed "
+                     "span and are left out of the Collectives table")
+    overlapping = []
+    for (rank, kind), rows in kept.groupby(["rank", "kind"]):
+        union = _overlap_union_us(rows)
+        summed = float(rows["dur"].sum())
+        if union is not None and summed > union * 1.01:
+            overlapping.append(f"{kind} on rank {int(rank)}: {union / 1e3:.1f} ms, {summed / 1e3:.1f} ms summed")
+    if overlapping:
+        notes.append("collective calls that overlap in time (on several threads or streams) count once in the "
+                     "Collectives table's time: " + "; ".join(overlapping[:4])
+                     + (f"; and {len(overlapping) - 4} more" if len(overlapping) > 4 else ""))
+    return notes

@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dstrace.trace_names import P2P_KINDS
+from dstrace.trace_names import P2P_KINDS, UNNAMED_NCCL
 
 PEER_UNNAMED = "p2p-peer-unnamed"
 PEER_ABSENT = "p2p-peer-absent"
+KIND_UNNAMED = "kind-unnamed"
 GROUP_ABSENT = "group-member-absent"
 UNMATCHED = "unmatched"
 CLOCK = "clock-residual"
@@ -41,7 +42,7 @@ def assign_steps(coll: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
 def _match_keys(coll: pd.DataFrame, present: set[int]) -> tuple[pd.Series, pd.Series, pd.Series]:
     """(key, members expected, withheld) per call. Group collectives are keyed by group and kind; a
     point-to-point call by its direction (sender -> receiver) when the trace names the peer and the peer
-    has a trace, else by itself alone (it matches nothing)."""
+    has a trace, else by itself alone (it matches nothing), as is an NCCL kernel that names no kind."""
     key = coll["group"].astype(str) + "\x1f" + coll["kind"].astype(str)
     withheld = pd.Series(None, index=coll.index, dtype=object)
     p2p = coll["kind"].isin(P2P_KINDS)
@@ -56,6 +57,10 @@ def _match_keys(coll: pd.DataFrame, present: set[int]) -> tuple[pd.Series, pd.Se
                     for a, b, ok, i in zip(sender, receiver, paired, calls.index)]
         withheld[calls.index[~named]] = PEER_UNNAMED
         withheld[calls.index[named & ~paired]] = PEER_ABSENT
+    unnamed = coll["kind"] == UNNAMED_NCCL
+    if unnamed.any():
+        key[unnamed] = [f"unnamed alone #{i}" for i in coll.index[unnamed]]
+        withheld[unnamed] = KIND_UNNAMED
     return key, coll["group_size"].where(~p2p, 2), withheld
 
 

@@ -130,6 +130,7 @@ class RankSummary:
     caused_wait_us: float  # peers' wait on collectives this rank arrived last to
     unsplit_us: float = 0.0  # collective time whose wait/transfer split is withheld (in comm_us, not in wait_us)
     devices: dict[str, dict[str, float]] = field(default_factory=dict)
+    comm_libraries_us: dict[str, float] = field(default_factory=dict)  # communication time per library (GPU)
     hta: dict[str, Any] = field(default_factory=dict)
     host_time: dict[str, Any] = field(default_factory=dict)
 

@@ -3,9 +3,9 @@
 The kernel of a rank that arrives early spins until the last peer arrives: its time splits into
 wait = (last start among the peers - own start) and transfer = the rest. The split is withheld
 (`withheld` says why, `split` is False, wait and transfer NaN) where it would be a guess: a
-point-to-point call whose peer is unnamed or has no trace, a call whose group has members without a
-trace (the last to arrive may be one of them), a call no rank matched, and every call of a rank whose
-clock residual is large against the calls it was measured on.
+point-to-point call whose peer is unnamed or has no trace, an NCCL kernel that names no kind, a call
+whose group has members without a trace (the last to arrive may be one of them), a call no rank
+matched, and every call of a rank whose clock residual is large against the calls it was measured on.
 """
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis.clocks import doubtful_clocks
-from dstrace.analysis.matching import CLOCK, GIVEN, GROUP_ABSENT, PEER_ABSENT, PEER_UNNAMED, UNMATCHED, absent_members
+from dstrace.analysis.matching import (
+    CLOCK, GIVEN, GROUP_ABSENT, KIND_UNNAMED, PEER_ABSENT, PEER_UNNAMED, UNMATCHED, absent_members,
+)
 from dstrace.analysis.model import ClockOffset
 from dstrace.rankset import ranks_text
 
@@ -108,6 +110,10 @@ def withheld_warnings(coll: pd.DataFrame, offsets: dict[int, ClockOffset], prese
         elif reason == PEER_ABSENT:
             peers = ranks_text(set(rows["p2p_peer"].astype(int)))
             why = f"point-to-point calls with {peers}, which have no trace here"
+        elif reason == KIND_UNNAMED:
+            why = ("NCCL kernels whose name and args name no collective (ncclDevKernel_Generic without "
+                   "`Collective name`): which calls on other ranks are the same cannot be told; their time is "
+                   "counted as communication")
         elif reason == GROUP_ABSENT:
             why = _absent_members(rows, present)
         elif reason == CLOCK:

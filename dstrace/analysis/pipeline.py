@@ -43,7 +43,9 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
 
     hta, hta_warnings = hta_breakdown.hta_breakdowns(run)
     warnings.extend(hta_warnings)
-    stats = collectives.collective_stats(coll)
+    windows = collectives.rank_windows(run, clock)
+    stats = collectives.collective_stats(coll, windows)
+    notes.extend(collectives.window_notes(coll, windows))
     waits = peer_wait.wait_summary(coll)
 
     summaries: dict[int, RankSummary] = {}
@@ -57,8 +59,11 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             comm_us=w.get("comm_us", 0.0), wait_us=w.get("wait_us", 0.0), waited_for=w.get("waited_for", {}),
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
             unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, {}),
-            host_time=trace.reduced.host_time,
+            host_time=trace.reduced.host_time, comm_libraries_us=util.get("comm_libraries_us", {}),
         )
+    libraries = utilization.library_note({r: s.comm_libraries_us for r, s in summaries.items()})
+    if libraries:
+        notes.append(libraries)
     step_summary = steps_mod.summarize_steps(run, step_df, step_source, coll)
     found = findings.all_findings(run, summaries, step_summary)
     if run.source == "summaries":

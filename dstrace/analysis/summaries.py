@@ -143,6 +143,10 @@ def _check(data: dict, reduced: RankReduction | None) -> str | None:
             and all(_number(u.get(k)) for k in ("span_us", "idle_us", "exposed_comm_us"))
             and isinstance(u.get("busy_us"), dict) and all(_number(v) for v in u["busy_us"].values())
             and isinstance(u.get("devices", {}), dict)
+            and (u.get("window_us") is None or (isinstance(u["window_us"], list) and len(u["window_us"]) == 2
+                                                and all(_number(v) for v in u["window_us"])))
+            and isinstance(u.get("comm_libraries_us", {}), dict)
+            and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
             and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))):
         return "its utilization, host time or HTA results are not what the analysis reads"
     return None
