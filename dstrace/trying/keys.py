@@ -86,7 +86,8 @@ def check_path(path: str, value) -> None:
     """UserError for a path DeepSpeed does not know or one that steps into a value."""
     parts = path.split(".")
     if not path or any(not p for p in parts):
-        raise UserError(f"--set {path}: not a config path; write it as section.key=value, e.g. zero_optimization.stage=0")
+        raise UserError(f"--set {path}: not a config path; write it as section.key=value, "
+                        "e.g. zero_optimization.stage=0")
     kind = SECTIONS.get(parts[0])
     if kind is None:
         raise UserError(f"--set {path}: {parts[0]!r} is not a DeepSpeed config section{_close(parts[0], SECTIONS)} "

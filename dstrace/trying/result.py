@@ -66,6 +66,7 @@ def not_applied(manifests: dict[int, Manifest]) -> list[str]:
 def side(summary: ConfigSummary | None, runs: list[TryRun], manifests: list[dict[int, Manifest]],
          variant: bool) -> Side:
     peaks = [peak_memory(m) for m in manifests if m]
+    peak = median(p for p, _ in peaks if p is not None)
     kinds = sorted({k for _, k in peaks if k})
     ms = summary.ms_per_step if summary is not None else None
     missing = [f"rep{r.repeat} {x}" for r, m in zip(runs, manifests) if variant and r.exit_code == 0
@@ -74,7 +75,7 @@ def side(summary: ConfigSummary | None, runs: list[TryRun], manifests: list[dict
                 ms_per_step=ms.median if ms else None, ms_per_step_low=ms.low if ms else None,
                 ms_per_step_high=ms.high if ms else None,
                 gathered_bytes_per_step=summary.gathered_bytes_per_step if summary is not None else None,
-                peak_memory_bytes=int(median(p for p, _ in peaks if p is not None) or 0) or None,
+                peak_memory_bytes=None if peak is None else int(peak),
                 peak_memory_kind=", ".join(kinds) or None,
                 exit_codes=[r.exit_code for r in runs], errors=[f"rep{r.repeat}: {r.error}" for r in runs if r.error],
                 overrides_applied=(not missing if any(r.exit_code == 0 for r in runs) else None) if variant else None,
@@ -122,6 +123,6 @@ def outcome(comparison: Comparison, as_is: Side, variant: Side) -> str:
         return "variant failed"
     if as_is.ms_per_step is None or variant.ms_per_step is None:
         return "not timed"
-    if [AS_IS, VARIANT] in comparison.verdict.indistinguishable or [VARIANT, AS_IS] in comparison.verdict.indistinguishable:
+    if any(set(pair) == {AS_IS, VARIANT} for pair in comparison.verdict.indistinguishable):
         return "indistinguishable"
     return "faster" if variant.ms_per_step < as_is.ms_per_step else "slower"

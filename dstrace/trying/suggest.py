@@ -43,19 +43,19 @@ def why_not(change: dict, manifests: dict[int, Manifest]) -> str | None:
                          if sharing > 1 else f"rank {rank}'s {size(m.device_memory_bytes)} of device memory")
                 return (f"zero_optimization.stage={stage} puts the whole model on every rank: its weights alone, "
                         f"{size(model)} (inventory){f' x {sharing} ranks' if sharing > 1 else ''}, exceed {where}")
-    size = _autotp_size(change)
-    if size and size > 1:
+    tp = _autotp_size(change)
+    if tp and tp > 1:
         version = next((m.versions.get("deepspeed") for m in manifests.values() if m.versions.get("deepspeed")), None)
         release = _release(version)
         if release and release < AUTOTP_TRAINING_KEY:
-            return f"DeepSpeed {version} has no tensor_parallel key in its config: it would ignore autotp_size={size}"
+            return f"DeepSpeed {version} has no tensor_parallel key in its config: it would ignore autotp_size={tp}"
         inputs: dict[int, set] = {}
         for m in manifests.values():
             for c in m.calls:
                 inputs.setdefault(c.index, set()).add(tuple(c.input_sha256) or c.input_tokens)
         differ = sorted(i for i, seen in inputs.items() if len(seen) > 1)
         if differ:
-            return (f"AutoTP (tensor_parallel.autotp_size={size}) computes one sequence per group of {size} ranks, "
+            return (f"AutoTP (tensor_parallel.autotp_size={tp}) computes one sequence per group of {tp} ranks, "
                     f"each rank of a group must get the same input; the ranks got different inputs "
                     f"(call {differ[0]}: input token ids hash differently)")
     return None

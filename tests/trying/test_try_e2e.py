@@ -103,6 +103,14 @@ def test_suggested_autotp_is_refused_when_ranks_get_different_inputs(stage0):
     assert why_not({"zero_optimization.stage": 0}, ms) is None  # a tiny model fits
 
 
+def test_suggested_takes_the_change_the_runs_findings_name(stage0):
+    from dstrace.trying.suggest import suggested
+
+    overrides, notes = suggested(os.path.join(stage0[0], "as-is", "rep1"))
+    assert overrides == [("zero_optimization.stage", 0)]
+    assert "finding zero3-gathers-model-per-step" in notes[0]
+
+
 def test_suggested_stage_0_is_refused_when_the_model_exceeds_the_device(stage0, tmp_path):
     """The as-is run's own analysis suggests stage 0 (zero3-gathers-model-per-step); with its ranks' device memory
     made smaller than the model, try refuses before any run."""
@@ -135,7 +143,8 @@ def test_a_variant_that_fails_keeps_its_exit_code_and_error(checkpoints, tmp_pat
     assert result.returncode == 1, result.stderr[-3000:]
     report = json.loads(result.stdout)
     variant = report["variant"]
-    assert variant["complete"] == 0 and variant["exit_codes"] == [1] and report["verdict"]["outcome"] == "variant failed"
+    assert variant["complete"] == 0 and variant["exit_codes"] == [1]
+    assert report["verdict"]["outcome"] == "variant failed"
     assert "stage" in variant["errors"][0]
     assert report["as_is"]["complete"] == 1 and report["as_is"]["ms_per_step"] is not None
 
