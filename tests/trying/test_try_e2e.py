@@ -12,6 +12,9 @@ import pytest
 from tests.conftest import ROOT, cpu_env, dstrace, free_port, manifests, read_json, tool
 
 SCRIPT = os.path.join(ROOT, "tests", "trying", "scripts", "zero3_generate.py")
+EXTENSIONS = os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions", "deepspeed-installed")
+"""DeepSpeed JIT-builds its CPU all-reduce op under one name in every release: this DeepSpeed's own folder (as
+launch/sweeps/cpu-tiny.json) keeps another release's build from being loaded."""
 BF16_NEAR_TIE = 2.0 ** -9
 """lm_head rows 1 and 2 differ by this factor: fp32 tells them apart, bf16 (2^-7 ulp at 1) rounds both to one value."""
 
@@ -54,8 +57,8 @@ def try_(out: str, checkpoint: str, *sets: str, tokens: int = 4):
     command = [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()), SCRIPT,
                "--checkpoint", checkpoint, "--max-new-tokens", str(tokens)]
     args = [a for s in sets for a in ("--set", s)]
-    return dstrace("try", "--repeats", "1", "-o", out, "--format", "json", *args, "--", *command,
-                   env=cpu_env(PYTHONPATH=ROOT))
+    return dstrace("try", "--repeats", "1", "-o", out, "--format", "json", *args, "--", *command, env=cpu_env(
+        PYTHONPATH=ROOT, TORCH_EXTENSIONS_DIR=EXTENSIONS))
 
 
 @pytest.fixture(scope="module")
