@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,14 @@ from dstrace.say import say
 
 RESULT_FILE = "try.json"
 RESULT_MARKDOWN = "try.md"
+
+
+class AsIsFailed(Exception):
+    """A run of the unchanged command failed: nothing to compare the change with."""
+
+    def __init__(self, code: int | None):
+        super().__init__(code)
+        self.code = code
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,10 +126,10 @@ def _output_dir(given: str | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dstrace.comparison.sweep import _run_record
+    from dstrace.comparison.sweep import SweepStopped, _on_sigterm
     from dstrace.recording.overrides import ENV_OVERRIDES
     from dstrace.trying.keys import check_path, describe, parse_sets
-    from dstrace.trying.result import AS_IS, VARIANT, TryRun
+    from dstrace.trying.result import AS_IS, VARIANT
 
     command = command_of(args)
     if args.repeats < 1:
@@ -143,8 +152,27 @@ def main(args: argparse.Namespace) -> int:
     say(f"trying {describe(overrides)}: {args.repeats} run(s) as-is and {args.repeats} with it, alternating, in {out}")
     sides = {AS_IS: dict(os.environ), VARIANT: dict(os.environ, **{ENV_OVERRIDES: json.dumps(overrides)})}
     sides[AS_IS].pop(ENV_OVERRIDES, None)
-    runs: list[TryRun] = []
     plan = [(k, s) for k in range(1, args.repeats + 1) for s in (AS_IS, VARIANT)]
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)  # the runs are in their own sessions: stop them too
+    try:
+        runs = _record_all(out, plan, command, sides, args)
+    except SweepStopped:
+        say("stopped by SIGTERM; the runs recorded so far are in " + out)
+        return 128 + signal.SIGTERM
+    except AsIsFailed as failed:
+        say(f"the command fails as it is (exit code {failed.code}): nothing to compare the change with")
+        return failed.code if failed.code is not None else 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return _report(out, overrides, notes, runs, args.format)
+
+
+def _record_all(out: str, plan, command: list[str], sides: dict, args):
+    """Every run of the plan, in order; AsIsFailed when a run as-is fails."""
+    from dstrace.comparison.sweep import _run_record
+    from dstrace.trying.result import AS_IS, TryRun
+
+    runs: list[TryRun] = []
     for i, (k, name) in enumerate(plan, 1):
         run_dir = os.path.join(out, name, f"rep{k}")
         say(f"[{i}/{len(plan)}] {name} rep{k}: recording")
@@ -155,9 +183,8 @@ def main(args: argparse.Namespace) -> int:
         say(f"[{i}/{len(plan)}] {name} rep{k}: {status} ({wall:.0f} s, exit code {code})"
             + ("" if code == 0 else f": {run.error}; log: {run_dir}.log"))
         if name == AS_IS and code != 0:
-            say(f"the command fails as it is (exit code {code}): nothing to compare the change with")
-            return code if code is not None else 1
-    return _report(out, overrides, notes, runs, args.format)
+            raise AsIsFailed(code)
+    return runs
 
 
 def _report(out: str, overrides, notes: list[str], runs, fmt: str) -> int:
