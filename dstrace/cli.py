@@ -20,6 +20,8 @@ VERBS = {
                "dstrace record [-o traces/NAME] [options] [--] COMMAND..."),
     "analyze": ("dstrace.analysis", "explain where each rank's time goes", None),
     "compare": ("dstrace.comparison.compare", "compare recorded runs side by side", None),
+    "try": ("dstrace.trying", "run a command as it is and with DeepSpeed config overrides, then compare",
+            "dstrace try [--set KEY=VALUE ...] [--suggested RUN] [--repeats K] [-o DIR] [--] COMMAND..."),
     "sweep": ("dstrace.comparison.sweep", "record configurations repeatedly, then compare", None),
     "view": ("dstrace.viewing", "open a run's timelines in TensorBoard or Perfetto", None),
     "gather": ("dstrace.recording.gather", "merge the per-node folders of a multi-node run into one", None),

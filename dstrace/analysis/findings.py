@@ -351,11 +351,13 @@ def zero3_gathers_model(steps: StepSummary | None, ranks: list[int],
     remedy = ("if the model fits without partitioning, do not use ZeRO-3 for inference; " + SPLIT_REMEDY
               + "; if ZeRO-3 must stay (model too large), serve several prompts per forward so each gather "
                 "serves more tokens, and raise `stage3_param_persistence_threshold` to keep more weights resident")
-    return _finding("zero3-gathers-model-per-step", sorted(concerned), summary, {
+    finding = _finding("zero3-gathers-model-per-step", sorted(concerned), summary, {
         "gathered_bytes_median": steps.gathered_bytes_median, "gathered_source": steps.gathered_source,
         "model_bytes": steps.model_bytes, "ratio": ratio, "threshold_ratio": ZERO3_MODEL_FRACTION,
         "ms_per_step_median": step_ms, "per_rank_gathered_bytes_median": per_rank,
         "allgather_per_traced_step_us": link}, cause, remedy)
+    finding.config_change = {"zero_optimization.stage": 0}  # "do not use ZeRO-3 for inference"
+    return finding
 
 
 def _fsdp_run(run: LoadedRun) -> bool:
@@ -465,7 +467,11 @@ def tp_config_rejected(run: LoadedRun) -> Finding | None:
     remedy = (SPLIT_REMEDY[0].upper() + SPLIT_REMEDY[1:] + "; to keep ZeRO-3 and split weights for training, "
               "`\"tensor_parallel\": {\"autotp_size\": N}` (accepted with ZeRO-3 from DeepSpeed 0.19.4); "
               "otherwise remove the block")
-    return _finding("tp-config-rejected", hit, summary, {"ranks": evidence, "deepspeed": version}, cause, remedy)
+    finding = _finding("tp-config-rejected", hit, summary, {"ranks": evidence, "deepspeed": version}, cause, remedy)
+    sizes = [_as_int(t.value) for t in run.manifests[hit[0]].tp_requested if (_as_int(t.value) or 0) > 1]
+    if sizes:  # the remedy's `"tensor_parallel": {"autotp_size": N}`, the block replaced whole
+        finding.config_change = {"tensor_parallel": {"autotp_size": sizes[0]}}
+    return finding
 
 
 def _steps_label(first: int, last: int) -> str:

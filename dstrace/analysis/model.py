@@ -161,6 +161,7 @@ class Finding:
     cause: str = ""  # why it happened, from what the run recorded (versions, config as passed, measurements)
     remedy: str = ""  # what to do about it
     docs: str = ""  # where the finding is explained at length (a path in the dstrace repository)
+    config_change: dict[str, Any] | None = None  # the remedy as DeepSpeed config paths, for `dstrace try --suggested`
 
 
 @dataclass

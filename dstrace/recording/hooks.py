@@ -18,7 +18,7 @@ import re
 import sys
 import time
 
-from . import ranges, session
+from . import overrides, ranges, session
 from .inventory import take_inventory
 from .window import Span
 from ..runfolder.records import DeepSpeedCall, TPRequest
@@ -93,7 +93,8 @@ def _deepspeed_api(name: str, config_of, returns_model: bool = True):
                     bound = signature.bind_partial(*args, **kwargs)
                     call = DeepSpeedCall(api=name, config=snapshot_config(config_of(bound.arguments)))
                     s.manifest.deepspeed_calls.append(call)
-                    s.manifest.tp_requested.extend(tp_requests(call.config, name))
+                    args, kwargs = _overridden(s, call, bound, args, kwargs)
+                    s.manifest.tp_requested.extend(tp_requests((call.overrides or {}).get("config", call.config), name))
                     s.flush()
             r = ranges.Range(name)
             t0 = time.perf_counter()
@@ -121,6 +122,21 @@ def _deepspeed_api(name: str, config_of, returns_model: bool = True):
             return result
         return wrapper
     return make
+
+
+def _overridden(s, call: DeepSpeedCall, bound, args, kwargs):
+    """The call's arguments with `dstrace try`'s config overrides set on its config (overrides.py); the
+    arguments as they were when there are none or they cannot be set (the manifest says why)."""
+    wanted = overrides.requested()
+    if not wanted:
+        return args, kwargs
+    s.manifest.config_overrides = dict(wanted)
+    try:
+        call.overrides = overrides.override_call(call.api, bound.arguments, wanted)
+    except Exception as e:  # noqa: BLE001 - the job runs on with its own config; `dstrace try` reports it
+        call.overrides = {"not_applied": f"{type(e).__name__}: {e}"}
+        return args, kwargs
+    return (bound.args, bound.kwargs) if "applied" in call.overrides else (args, kwargs)
 
 
 def _initialize_config(arguments: dict):
@@ -290,6 +306,8 @@ def _generation_api(api: str):
                     for h in handles:
                         h.remove()
                     if call is not None and api == "generate" and error is None:
+                        call.input_sha256.append(overrides.token_hash(overrides.input_ids_of(args, kwargs)))
+                        call.output_sha256.append(overrides.token_hash(output))
                         in_len, new = _token_counts(args, kwargs, output)
                         call.input_tokens = call.input_tokens or in_len
                         call.new_tokens = (call.new_tokens or 0) + (new or 0)
@@ -343,6 +361,21 @@ def patch_modeling(module) -> None:
     _wrap(module.PreTrainedModel, "post_init", make)
 
 
+def _hf_overridden(s, config):
+    """HfDeepSpeedConfig's config with `dstrace try`'s overrides: it runs before from_pretrained, and its ZeRO
+    stage decides whether the model is built under zero.Init."""
+    wanted = overrides.requested()
+    if not wanted:
+        return config
+    s.manifest.config_overrides = dict(wanted)
+    try:
+        new, s.manifest.hf_deepspeed_config_overrides = overrides.apply(config, "HfDeepSpeedConfig", wanted)
+    except Exception as e:  # noqa: BLE001 - the job runs on with its own config; `dstrace try` reports it
+        s.manifest.hf_deepspeed_config_overrides = {"not_applied": f"{type(e).__name__}: {e}"}
+        return config
+    return new
+
+
 def patch_hf_deepspeed_config(module) -> None:
     def make(original):
         def __init__(self, config_file_or_dict, *args, **kwargs):
@@ -351,7 +384,9 @@ def patch_hf_deepspeed_config(module) -> None:
                 with s.guard("HfDeepSpeedConfig"):
                     snap = snapshot_config(config_file_or_dict)
                     s.manifest.hf_deepspeed_config = snap
-                    s.manifest.tp_requested.extend(tp_requests(snap, "HfDeepSpeedConfig"))
+                    config_file_or_dict = _hf_overridden(s, config_file_or_dict)
+                    applied = (s.manifest.hf_deepspeed_config_overrides or {}).get("config", snap)
+                    s.manifest.tp_requested.extend(tp_requests(applied, "HfDeepSpeedConfig"))
             return original(self, config_file_or_dict, *args, **kwargs)
         return __init__
 

@@ -17,6 +17,7 @@ import time
 from contextlib import contextmanager, suppress
 
 from . import ranges
+from .overrides import device_memory_bytes
 from ..runfolder.names import manifest_path, safe_name
 from ..runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, to_json, write_json_atomic
 from .window import GENERATE_TRIGGER, ITERATION_TRIGGERS, TIME_TRIGGER, ProfilerWindow, Span, WindowOptions
@@ -279,6 +280,7 @@ def collect_environment(m: Manifest) -> None:
          "deepspeed": version("deepspeed"), "transformers": version("transformers"),
          "cuda": None, "nccl": None}
     m.peak_host_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    m.device_memory_bytes, m.device_memory_kind = device_memory_bytes()
     if "torch" in sys.modules:
         import torch
 

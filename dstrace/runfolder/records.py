@@ -63,6 +63,7 @@ class DeepSpeedCall:
     config: Any  # dict as passed, or {"path": ..., "content": ...} for a file
     wall_s: float | None = None
     error: dict | None = None  # {"type", "message"} when DeepSpeed refused it
+    overrides: dict | None = None  # `dstrace try --set`: {"applied": {path: value}, "config": as handed on} or {"not_applied": why}
 
 
 @dataclass
@@ -77,6 +78,8 @@ class GenerationCall:
     step_ms: list[float] = field(default_factory=list)  # per forward; step 0 is the prefill
     gathered_bytes: list[int] = field(default_factory=list)  # ZeRO-3 all-gather bytes per forward
     error: str | None = None
+    input_sha256: list[str] = field(default_factory=list)  # per generate() in the call: its input token ids hashed
+    output_sha256: list[str] = field(default_factory=list)  # per generate() in the call: the token ids it returned
 
 
 @dataclass
@@ -120,6 +123,10 @@ class Manifest:
     hook_errors: list[str] = field(default_factory=list)
     exit_error: dict | None = None
     lost: list[str] = field(default_factory=list)  # files this rank recorded but could not write, and why
+    config_overrides: dict[str, Any] = field(default_factory=dict)  # `dstrace try --set` paths the job was given
+    hf_deepspeed_config_overrides: dict | None = None  # what the overrides did to HfDeepSpeedConfig's config
+    device_memory_bytes: int | None = None  # the memory one rank's model lives in (its GPU's, else the host's)
+    device_memory_kind: str | None = None  # "gpu" or "host" (then shared by the ranks on the host)
 
 
 def why_no_trace(m: Manifest) -> str | None:

@@ -39,7 +39,7 @@ def test_json_schema(full_run, capsys):
     found = {f["id"]: f for f in doc["findings"]}
     assert {"tp-not-applied", "zero3-gathers-model-per-step", "peer-wait"} <= set(found)
     for f in doc["findings"]:
-        assert set(f) == {"id", "ranks", "summary", "evidence", "cause", "remedy", "docs"}
+        assert set(f) == {"id", "ranks", "summary", "evidence", "cause", "remedy", "docs", "config_change"}
         assert f["cause"] and f["remedy"] and f["docs"].startswith("docs/")
     assert "parsing trace 1 of 2" in err
 
