@@ -132,6 +132,7 @@ class RankSummary:
     devices: dict[str, dict[str, float]] = field(default_factory=dict)
     hta: dict[str, Any] = field(default_factory=dict)
     host_time: dict[str, Any] = field(default_factory=dict)
+    sparse: str | None = None  # why the span is too bare to split into shares (`pipeline.sparse_span`), else None
 
 
 @dataclass

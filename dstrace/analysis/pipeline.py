@@ -57,8 +57,11 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             comm_us=w.get("comm_us", 0.0), wait_us=w.get("wait_us", 0.0), waited_for=w.get("waited_for", {}),
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
             unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, {}),
-            host_time=trace.reduced.host_time,
+            host_time=trace.reduced.host_time, sparse=sparse_span(util, device),
         )
+        if summaries[r].sparse:
+            notes.append(f"rank {r}: {summaries[r].sparse}: too little to split into shares; its times are given "
+                         "without percentages and no finding reads them")
     step_summary = steps_mod.summarize_steps(run, step_df, step_source, coll)
     found = findings.all_findings(run, summaries, step_summary)
     if run.source == "summaries":
@@ -68,6 +71,26 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
         ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=summaries, steps=step_summary,
         findings=found, clock=clock, waits_over_time=_waits_over_time(coll), warnings=warnings, notes=notes,
         skipped=run.skipped, accelerators=accelerators)
+
+
+SPARSE_MIN_ITEMS = 10
+"""Shares of a span that holds fewer than 10 kernels (or CPU ops and collectives) describe a handful of events,
+not a workload: a one-kernel trace is "compute 100%" of its 10 us."""
+SPARSE_MIN_SPAN_US = 100.0
+"""A span under 100 us is a few launches' worth of time, whatever it holds."""
+
+
+def sparse_span(util: dict, device: str) -> str | None:
+    """Why a rank's span has almost nothing on it, or None when its shares mean something."""
+    span, items = util.get("span_us", 0.0), util.get("work_items")
+    what = "kernels" if device == "gpu" else "CPU ops and collectives"
+    if not span > 0:
+        return None
+    if isinstance(items, int) and items < SPARSE_MIN_ITEMS:
+        return f"its span of {span:.0f} us holds {items} {what}"
+    if span < SPARSE_MIN_SPAN_US:
+        return f"its span is {span:.0f} us"
+    return None
 
 
 TRACE_POINTERS_PER_FINDING = 8

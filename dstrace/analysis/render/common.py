@@ -109,7 +109,8 @@ def rank_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
         peer = ", ".join(f"r{p} {ms(w)}" for p, w in sorted(s.waited_for.items(), key=lambda kv: -kv[1])[:2]) or "-"
         parts = span_parts(s)
         share = shares(parts)
-        rows.append([str(r), ms(s.span_us)] + [f"{ms(parts[k])} ({share[k]}%)" for k in SPAN_PARTS] + [peer])
+        rows.append([str(r), ms(s.span_us)] + [ms(parts[k]) + ("" if s.sparse else f" ({share[k]}%)")
+                                                for k in SPAN_PARTS] + [peer])
     return head, rows
 
 
