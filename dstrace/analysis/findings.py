@@ -346,8 +346,9 @@ def idle_causes(host_time: dict, mech: Mechanisms) -> dict[str, tuple[float, lis
     ops, calls = _items(host_time, "top_cpu_ops"), _items(host_time, "runtime_calls")
     user, ranges = _items(host_time, "user_ranges"), _items(host_time, "in_dstrace_ranges")
     first = host_time.get("first_calls") if isinstance(host_time.get("first_calls"), dict) else {}
-    first_extra = {str(k): float(v.get("extra_us")) for k, v in first.items()
-                   if isinstance(v, dict) and isinstance(v.get("extra_us"), (int, float))}
+    first_idle = {str(k): float(v.get("idle_us")) for k, v in first.items()
+                  if isinstance(v, dict) and isinstance(v.get("idle_us"), (int, float))}
+    first_extra = {k: float(e) if isinstance(e := first[k].get("extra_us"), (int, float)) else 0.0 for k in first_idle}
     out: dict[str, tuple[float, list[str]]] = {}
 
     def add(cause: str, *groups: dict[str, float], labels: list[str] | None = None) -> None:
@@ -356,7 +357,7 @@ def idle_causes(host_time: dict, mech: Mechanisms) -> dict[str, tuple[float, lis
             out[cause] = (us, labels or sorted({k for g in groups for k in g}))
 
     init = _matching(calls, INIT_CALLS)
-    add("one-time initialisation", init, first_extra,
+    add("one-time initialisation", init, first_idle,
         labels=sorted(init) + [f"first {k} call ({v / 1e3:.1f} ms more than its later calls)"
                                for k, v in first_extra.items()])
     add("input pipeline", _matching(user, INPUT_PIPELINE), _matching(ops, INPUT_PIPELINE))

@@ -75,9 +75,10 @@ FIRST_CALL_MIN_US = 1_000.0
 """...and at least 1 ms more than that median: below it, a first call's extra time changes no figure."""
 
 
-def first_calls(ops: pd.DataFrame) -> dict[str, dict[str, float]]:
+def first_calls(ops: pd.DataFrame, idle: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Outermost CPU ops whose first call in the window is an outlier (FIRST_CALL_RATIO): name -> its first
-    call's ts, dur and extra time over the median of its later calls, largest extra first."""
+    call's ts, dur, extra time over the median of its later calls and the GPU idle time (`idle`) it overlaps,
+    largest extra first."""
     if len(ops) < 3:
         return {}
     ordered = ops.assign(name=ops["name"].astype(str)).sort_values("ts", kind="stable")
@@ -87,7 +88,9 @@ def first_calls(ops: pd.DataFrame) -> dict[str, dict[str, float]]:
             continue
         first, rest = float(g["dur"].iloc[0]), float(g["dur"].iloc[1:].median())
         if first >= FIRST_CALL_RATIO * rest and first - rest >= FIRST_CALL_MIN_US:
-            out[str(name)] = {"ts": float(g["ts"].iloc[0]), "dur_us": first, "extra_us": first - rest}
+            ts = float(g["ts"].iloc[0])
+            out[str(name)] = {"ts": ts, "dur_us": first, "extra_us": first - rest,
+                              "idle_us": float(intervals.covered(idle, [ts], [ts + first])[0])}
     top = sorted(out.items(), key=lambda kv: -kv[1]["extra_us"])[:TOP_HOST_ITEMS]
     return dict(top)
 
@@ -98,7 +101,7 @@ def host_during_idle(ev: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) 
     largest first; and the ops whose first call is one-time work (`first_calls`)."""
     idle = gpu_idle(ev)
     out = {"gpu_idle_us": intervals.total(idle), "host_wait_us": host_wait(ev, idle), "in_dstrace_ranges": {},
-           "top_cpu_ops": {}, "runtime_calls": {}, "user_ranges": {}, "first_calls": first_calls(ops)}
+           "top_cpu_ops": {}, "runtime_calls": {}, "user_ranges": {}, "first_calls": first_calls(ops, idle)}
     if idle.empty:
         return out
     if len(ranges):
