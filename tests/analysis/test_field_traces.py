@@ -183,3 +183,12 @@ def test_no_nccl_tests_advice_on_cpu_collectives():
     gpu = findings.communication_bound({0: s}, "gpu", findings.Mechanisms(zero3=False, decoding=False, gpu=True))
     assert "nccl-tests" not in cpu.remedy and "nccl-tests" in gpu.remedy
     assert not any(word in cpu.remedy for word in SEED_REMEDIES)
+
+
+def test_a_missing_rank_is_named_as_a_rank(tmp_path):
+    b = synthetic.TraceBuilder(1, world_size=2)
+    for i in range(12):
+        b.compute(i * 100.0, 50.0)
+    b.write(str(tmp_path))
+    text = render(analyze_dir(tmp_path), "text")
+    assert "missing rank 0 (1 of 2 ranks)" in text and "missing 0 (" not in text

@@ -48,7 +48,7 @@ def ranks_line(a: Analysis) -> str:
     found = ranges(a.ranks_found) or "none"
     line = f"run {a.run_id or '-'}, {device_label(a)}, world size {a.world_size}, ranks found {found}"
     missing = a.missing_ranks
-    return line + (f", missing {ranges(missing)} ({len(missing)} of {a.world_size})" if missing else "")
+    return line + (f", missing {ranks_text(missing)} ({len(missing)} of {a.world_size} ranks)" if missing else "")
 
 
 SPAN_PARTS = ("compute", "transfer", "wait for peers", "split withheld", "other busy", "idle")
