@@ -353,13 +353,13 @@ def idle_causes(host_time: dict, mech: Mechanisms) -> dict[str, tuple[float, lis
 
     def add(cause: str, *groups: dict[str, float], labels: list[str] | None = None) -> None:
         us = max((sum(g.values()) for g in groups), default=0.0)
-        if us > 0:
-            out[cause] = (us, labels or sorted({k for g in groups for k in g}))
+        if us > 0:  # what shows it, the most idle time first
+            ranked = sorted(((v, k) for g in groups for k, v in g.items()), key=lambda vk: -vk[0])
+            out[cause] = (us, labels or list(dict.fromkeys(k for _, k in ranked)))
 
-    init = _matching(calls, INIT_CALLS)
-    add("one-time initialisation", init, first_idle,
-        labels=sorted(init) + [f"first {k} call ({v / 1e3:.1f} ms more than its later calls)"
-                               for k, v in first_extra.items()])
+    first_named = {f"first {k} call ({first_extra[k] / 1e3:.1f} ms more than its later calls)": v
+                   for k, v in first_idle.items()}
+    add("one-time initialisation", _matching(calls, INIT_CALLS), first_named)
     add("input pipeline", _matching(user, INPUT_PIPELINE), _matching(ops, INPUT_PIPELINE))
     add("blocking copy", _matching(calls, SYNC_CALLS), _matching(ops, SYNC_OPS))
     add("kernel launch overhead", _matching(calls, LAUNCH_CALLS))

@@ -83,10 +83,10 @@ SPARSE_MIN_SPAN_US = 100.0
 def sparse_span(util: dict, device: str) -> str | None:
     """Why a rank's span has almost nothing on it, or None when its shares mean something."""
     span, items = util.get("span_us", 0.0), util.get("work_items")
-    what = "kernels" if device == "gpu" else "CPU ops and collectives"
     if not span > 0:
         return None
     if isinstance(items, int) and items < SPARSE_MIN_ITEMS:
+        what = ("kernel" if items == 1 else "kernels") if device == "gpu" else "CPU ops and collectives"
         return f"its span of {span:.0f} us holds {items} {what}"
     if span < SPARSE_MIN_SPAN_US:
         return f"its span is {span:.0f} us"

@@ -2,6 +2,9 @@
 words say, and remedies only where the trace or manifest shows their mechanism."""
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import synthetic
 from helpers import analyze_dir
@@ -130,7 +133,7 @@ def test_a_span_with_almost_nothing_on_it_says_so(tmp_path):
     b.compute(0.0, 10.0)
     b.write(str(tmp_path))
     a = analyze_dir(tmp_path)
-    assert a.ranks[0].sparse == "its span of 10 us holds 1 kernels" and a.findings == []
+    assert a.ranks[0].sparse == "its span of 10 us holds 1 kernel" and a.findings == []
     note = next(n for n in a.notes if n.startswith("rank 0: its span of 10 us"))
     assert "too little to split into shares" in note
     table = render(a, "text").split("Time per rank")[1].split("\n\n")[0]
@@ -192,3 +195,30 @@ def test_a_missing_rank_is_named_as_a_rank(tmp_path):
     b.write(str(tmp_path))
     text = render(analyze_dir(tmp_path), "text")
     assert "missing rank 0 (1 of 2 ranks)" in text and "missing 0 (" not in text
+
+
+PUBLIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "public")
+
+
+def public_run(tmp_path, name: str):
+    shutil.copy(os.path.join(PUBLIC, name), tmp_path / name)
+    return analyze_dir(tmp_path)
+
+
+def test_public_alexnet_benchmark_is_initialisation_in_the_window(tmp_path):
+    """What the events show: the GPU idles 99% of the span while the host creates the CUDA context (cudaFree,
+    6 s) and runs the first convolution (10.8 s, cuDNN set-up; later ones take 1-9 ms)."""
+    a = public_run(tmp_path, "hta_alexnet_trace.json.gz")
+    (f,) = [f for f in a.findings if f.id == "host-bound"]
+    assert f.remedy.startswith("warm up before the window")
+    assert "cudaFree" in f.remedy and "first aten::conv2d call" in f.remedy
+    assert not any(word in texts(a) for word in SEED_REMEDIES)
+    share = f.evidence["ranks"]["0"]["host_wait_share_of_idle"]
+    assert 0 < share <= 1 and f"{share:.0%} of rank 0's GPU idle time" in f.summary
+
+
+@pytest.mark.parametrize("name, what", [("hta_event_sync_trace.json.gz", "its span of 263 us holds 5 kernels"),
+                                        ("hta_triton_example.json.gz", "its span of 2 us holds 1 kernel")])
+def test_public_bare_spans_get_no_shares(tmp_path, name, what):
+    a = public_run(tmp_path, name)
+    assert a.ranks[0].sparse == what and a.findings == []
