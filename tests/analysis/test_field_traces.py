@@ -222,3 +222,43 @@ def test_public_alexnet_benchmark_is_initialisation_in_the_window(tmp_path):
 def test_public_bare_spans_get_no_shares(tmp_path, name, what):
     a = public_run(tmp_path, name)
     assert a.ranks[0].sparse == what and a.findings == []
+
+
+def summary_of(rank: int, **kw):
+    from dstrace.analysis.model import RankSummary
+
+    base = dict(rank=rank, file=f"rank{rank}.json", host=None, span_us=10_000.0, idle_us=1_000.0,
+                busy_us={"compute": 6_000.0, "communication": 3_000.0}, exposed_comm_us=3_000.0, collectives={},
+                comm_us=3_000.0, wait_us=2_000.0, waited_for={}, late_count=0, caused_wait_us=0.0)
+    return RankSummary(**{**base, **kw})
+
+
+def test_mutual_wait_without_host_bound_does_not_point_to_it():
+    """Each rank late to half the collectives (jitter), no rank host-bound: no 'see host-bound'."""
+    from dstrace.analysis import findings
+
+    ranks = {r: summary_of(r, waited_for={1 - r: 2_000.0}, late_count=5, caused_wait_us=2_000.0) for r in (0, 1)}
+    f = findings.peer_wait(ranks, "gpu", findings.Mechanisms(zero3=False, decoding=False, gpu=True))
+    assert f.id == "mutual-wait" and "see host-bound" not in f.remedy and "ZeRO-3" not in f.remedy
+
+
+def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
+    """Peer wait counted over the whole all-reduce (900 of 1000 us) against 300 us exposed read '300% of the
+    exposed time'; the share is of the all-reduce time, and peer-wait is named only when it is a finding."""
+    from dstrace.analysis import findings
+    from dstrace.analysis.model import CollectiveStats, LoadedRun, StepSummary
+    from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, Window
+
+    ar = CollectiveStats(count=3, bytes=3_000_000, kernel_us=1_000.0, wait_us=900.0, transfer_us=100.0,
+                         algbw_GBps=3.0, busbw_GBps=3.0, busbw_transfer_GBps=30.0, group_size=2)
+    s = summary_of(0, span_us=2_000.0, exposed_comm_us=300.0, comm_us=1_000.0, wait_us=900.0,
+                   collectives={"AllReduce": ar})
+    window = Window(mode="full", call=1, start=2, steps=3, recorded_steps=[2, 3, 4], trigger="optimizer.step",
+                    iterations={"optimizer.step": 7, "DistributedDataParallel.forward": 7})
+    m = Manifest(schema=MANIFEST_SCHEMA, run_id="r", status="complete", rank=0, local_rank=0, world_size=2, host="h",
+                 pid=1, started=0.0, window=window)
+    run = LoadedRun(trace_dir="/nonexistent", traces={}, world_size=2, manifests={0: m})
+    steps = StepSummary(count=3, ms_median=0.6, source="ProfilerStep ranges", per_rank={0: {"count": 3}}, decode=False)
+    f = findings.ddp_allreduce_exposed(run, {0: s}, steps)
+    assert "90% of rank 0's all-reduce time is waiting for a later peer" in f.cause and "see peer-wait" not in f.cause
+    assert "see peer-wait" in findings.ddp_allreduce_exposed(run, {0: s}, steps, peer_finding=True).cause
