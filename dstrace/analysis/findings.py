@@ -167,8 +167,7 @@ def mechanisms(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary
     zero3 = (any(m.inventory is not None and m.inventory.zero3_partitioned for m in manifests)
              or any(_zero_stage(c.config) == 3 for m in manifests for c in m.deepspeed_calls)
              or any(len(t.reduced.gathers) for t in run.traces.values())
-             or any(str(k).startswith("zero3.") for s in ranks.values()
-                    for k in (s.host_time.get("in_dstrace_ranges") or {})))
+             or any(k.startswith("zero3.") for s in ranks.values() for k in _items(s.host_time, "in_dstrace_ranges")))
     decoding = bool(steps is not None and steps.decode and steps.count) or any(m.calls for m in manifests)
     return Mechanisms(zero3=zero3, decoding=decoding, gpu=run.device == "gpu")
 
