@@ -262,3 +262,11 @@ def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
     f = findings.ddp_allreduce_exposed(run, {0: s}, steps)
     assert "90% of rank 0's all-reduce time is waiting for a later peer" in f.cause and "see peer-wait" not in f.cause
     assert "see peer-wait" in findings.ddp_allreduce_exposed(run, {0: s}, steps, peer_finding=True).cause
+
+
+def test_steps_say_no_manifests_only_without_manifests(tmp_path):
+    one_step_trace(tmp_path)
+    assert "no manifests" in analyze_dir(tmp_path).steps.ms_per_step_covers
+    synthetic.write_manifest(str(tmp_path), 0, world_size=1)  # a manifest with no generate() step times
+    covers = analyze_dir(tmp_path).steps.ms_per_step_covers
+    assert "no manifests" not in covers and "the manifests hold no generate() step times" in covers
