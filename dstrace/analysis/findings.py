@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from dataclasses import dataclass
 
 from dstrace.analysis.host import host_wait_share
 from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
@@ -34,8 +35,9 @@ HOST_BOUND_IDLE_FRACTION = 0.30
 """An inference GPU idle for over ~30% of its span loses more than kernel tuning could win back."""
 
 HOST_BOUND_HOST_WAIT_SHARE = 0.50
-"""Call it host-bound only when most of that idle time is HTA's "host wait" (the next kernel was not
-launched yet), as opposed to waiting on synchronisation or on other streams."""
+"""Call it host-bound only when most of that idle time comes before the launch call of the kernel that ends
+each gap (`host.host_wait`: the next kernel was not launched yet), as opposed to waiting on synchronisation
+or on other streams."""
 
 ZERO3_MODEL_FRACTION = 0.5
 """The model size (`inventory.logical_bytes`) counts weights a decode forward never runs (the vision
@@ -138,7 +140,39 @@ def _split_comm(s: RankSummary) -> float:
     return max(s.comm_us - s.unsplit_us, 0.0)
 
 
-def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
+@dataclass(frozen=True)
+class Mechanisms:
+    """What the run's evidence shows of the mechanisms a remedy names: a remedy is given only where its
+    mechanism is in the manifests or the traces, never from the case dstrace was first built on."""
+    zero3: bool  # ZeRO-3: partitioned weights or stage 3 in a manifest, or ZeRO-3's ranges in a trace
+    decoding: bool  # generate()/chat() steps: dstrace's step ranges, or calls in the manifests
+    gpu: bool  # collectives are GPU kernels (NCCL/RCCL), not gloo's CPU ops
+
+
+def _zero_stage(config) -> int | None:
+    """`zero_optimization.stage` of a DeepSpeed config as passed (a dict, or a file's {"path", "content"})."""
+    if isinstance(config, dict) and "content" in config:
+        config = config["content"]
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except ValueError:
+                return None
+    zero = config.get("zero_optimization") if isinstance(config, dict) else None
+    return _as_int(zero.get("stage")) if isinstance(zero, dict) else None
+
+
+def mechanisms(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> Mechanisms:
+    manifests = run.manifests.values()
+    zero3 = (any(m.inventory is not None and m.inventory.zero3_partitioned for m in manifests)
+             or any(_zero_stage(c.config) == 3 for m in manifests for c in m.deepspeed_calls)
+             or any(len(t.reduced.gathers) for t in run.traces.values())
+             or any(k.startswith("zero3.") for s in ranks.values() for k in _items(s.host_time, "in_dstrace_ranges")))
+    decoding = bool(steps is not None and steps.decode and steps.count) or any(m.calls for m in manifests)
+    return Mechanisms(zero3=zero3, decoding=decoding, gpu=run.device == "gpu")
+
+
+def communication_bound(ranks: dict[int, RankSummary], device: str, mech: Mechanisms) -> Finding | None:
     hit = {r: s for r, s in ranks.items()
            if s.span_us > 0 and _exposed_transfer(s) / s.span_us >= COMM_BOUND_EXPOSED_FRACTION}
     if not hit:
@@ -169,10 +203,18 @@ def communication_bound(ranks: dict[int, RankSummary], device: str) -> Finding |
             sizes += f", {c.busbw_transfer_GBps:.1f} GB/s excluding peer wait"
         summary += f"; mostly {k} ({c.count} calls, {_ms(c.kernel_us)}{sizes})"
         cause += f", mostly {k} ({_gb(c.bytes)} in {c.count} calls)" if c.bytes else f", mostly {k}"
-    remedy = ("move fewer bytes per step (ZeRO-3 re-gathers weights every forward; AutoTP or a device_map move "
-              "activations only; several prompts per forward share each transfer), or overlap it with compute "
-              "(ZeRO-3 `overlap_comm`, `stage3_prefetch_bucket_size`); check the link with nccl-tests when "
-              "'busbw w/o wait' is well below what the interconnect should reach")
+    fewer = ["fewer or larger collectives"]
+    overlap = ["issue them before the compute that does not need their result"]
+    if mech.zero3:
+        fewer.append("no ZeRO-3 re-gathering the weights every forward where the model fits")
+        overlap.append("ZeRO-3 `overlap_comm`, `stage3_prefetch_bucket_size`")
+    if mech.decoding:
+        fewer.append("AutoTP or a device_map, which move activations only; several prompts per forward to share "
+                     "each transfer")
+    remedy = f"move fewer bytes per step ({'; '.join(fewer)}), or overlap them with compute ({'; '.join(overlap)})"
+    if mech.gpu:
+        remedy += ("; check the link with nccl-tests when 'busbw w/o wait' is well below what the interconnect "
+                   "should reach")
     return _finding("communication-bound", sorted(hit), summary,
                     {"threshold_exposed_fraction": COMM_BOUND_EXPOSED_FRACTION, "ranks": evidence}, cause, remedy)
 
@@ -182,14 +224,14 @@ def _host_bound_ranks(ranks: dict[int, RankSummary], device: str) -> dict[int, t
         return {}
     hit = {}
     for r, s in ranks.items():
-        share = host_wait_share(s.hta)
+        share = host_wait_share(s.host_time)
         if s.span_us > 0 and share is not None and s.idle_us / s.span_us >= HOST_BOUND_IDLE_FRACTION \
                 and share >= HOST_BOUND_HOST_WAIT_SHARE:
             hit[r] = (s, share)
     return hit
 
 
-def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | None:
+def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu", mech: Mechanisms | None = None) -> Finding | None:
     """`peer-wait` when one rank is consistently late (a straggler), `mutual-wait` when every rank keeps
     the others waiting in turn (jitter): two causes with different remedies. Over the calls whose
     wait/transfer split holds only (`peer_wait.withhold`)."""
@@ -217,6 +259,7 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | N
         "straggler": straggler,
     }
     host_bound = _host_bound_ranks(ranks, device)
+    mech = mech or Mechanisms(zero3=False, decoding=False, gpu=device == "gpu")
 
     def waits(r: int, s: RankSummary) -> str:
         of = "its collective time" if not s.unsplit_us else "its collective time with a measured split"
@@ -235,10 +278,12 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | N
         cause = ("a collective finishes only when its last rank has launched it, and each rank's host falls "
                  f"behind in turn, so every rank spends its collective kernels spinning for another: {origin}; "
                  "the link is not what is slow")
-        remedy = ("shorten the host work between collectives on every rank (see host-bound: for ZeRO-3 that is "
-                  "its per-sub-module fetch and release hooks; fewer, larger all-gathers via "
-                  "`stage3_prefetch_bucket_size`, or no ZeRO-3 for inference), and read bandwidth from "
-                  "'busbw w/o wait': with the wait included it measures the hosts, not the link")
+        where = ["see host-bound" if host_bound else "each rank's trace: what its host runs between collectives"]
+        if mech.zero3:
+            where.append("for ZeRO-3 that is its per-sub-module fetch and release hooks; fewer, larger all-gathers "
+                         "via `stage3_prefetch_bucket_size`" + (", or no ZeRO-3 for inference" if mech.decoding else ""))
+        remedy = (f"shorten the host work between collectives on every rank ({'; '.join(where)}), and read "
+                  "bandwidth from 'busbw w/o wait': with the wait included it measures the hosts, not the link")
         return _finding("mutual-wait", sorted(hit), summary, evidence, cause, remedy)
 
     waiting = {r: s for r, s in hit.items() if r != straggler} or hit
@@ -256,27 +301,127 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu") -> Finding | N
            f"rank {straggler} reaches them later than its peers")
     cause = ("a collective finishes only when its last rank has launched it; the others' kernels spin meanwhile, "
              f"and that spinning is counted as communication time: {why}")
-    remedy = (f"find what rank {straggler} does before its collectives (its trace, its host-bound entry): uneven "
-              "work per rank (different prompt lengths make synced_gpus run extra forwards), a data-loading, "
-              "logging or I/O stall, CPU affinity / NUMA placement, or a slower device; give ranks equal work")
+    look = f"its trace{', its host-bound entry' if slow else ''}"
+    uneven = ("uneven work per rank (different prompt lengths make synced_gpus run extra forwards)"
+              if mech.decoding and mech.zero3 else "uneven work per rank")
+    unknown = "" if slow else f"why rank {straggler} is late is not identified in the traces: "
+    remedy = (f"{unknown}find what rank {straggler} does before its collectives ({look}): "
+              f"{uneven}, a data-loading, logging or I/O stall, CPU affinity / NUMA placement, or a slower device; "
+              "give ranks equal work")
     return _finding("peer-wait", sorted(waiting), summary, evidence, cause, remedy)
 
 
-def host_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
+INIT_CALLS = re.compile(r"^(?:cudaFree|cuModuleLoad|cuModuleGetFunction|cuLibraryLoad|cuLibraryGetModule|"
+                        r"cudaGetDeviceProperties|cudaFuncGetAttributes|hipFree|hipModuleLoad|cudnnCreate|cublasCreate)")
+"""Runtime calls that do one-time set-up: freeing the caching allocator's blocks, loading a kernel module,
+creating a library handle. In a profiled window they are initialisation, not the steady state."""
+SYNC_CALLS = re.compile(r"^(?:cudaMemcpy|cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
+                        r"hipMemcpy|hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|cuMemcpyDtoH.*|"
+                        r"cuCtxSynchronize)$")
+"""Runtime calls that block the host until the device is done (cudaMemcpy is synchronous; the Async form is not)."""
+SYNC_OPS = re.compile(r"^aten::(?:item|_local_scalar_dense|cpu)$")
+"""CPU ops that read a device value on the host: each waits for the device to finish first."""
+INPUT_PIPELINE = re.compile(r"DataLoader", re.IGNORECASE)
+"""torch.profiler names each batch fetch `enumerate(DataLoader)#_...DataLoaderIter.__next__`."""
+LAUNCH_CALLS = re.compile(r"^(?:cudaLaunchKernel|cuLaunchKernel|cudaLaunchKernelExC|hipLaunchKernel|"
+                          r"hipExtModuleLaunchKernel|cudaLaunchCooperativeKernel)")
+"""Kernel launches: when they hold most of the idle time, the GPU waits on launch overhead itself."""
+
+
+def _items(host_time: dict, key: str) -> dict[str, float]:
+    """One of `host.host_during_idle`'s name -> us maps, numbers only (a summary file is untrusted)."""
+    items = host_time.get(key)
+    return {str(k): float(v) for k, v in items.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
+        if isinstance(items, dict) else {}
+
+
+def _matching(items: dict[str, float], pattern: re.Pattern) -> dict[str, float]:
+    return {k: v for k, v in items.items() if pattern.search(k)}
+
+
+def idle_causes(host_time: dict, mech: Mechanisms) -> dict[str, tuple[float, list[str]]]:
+    """Each mechanism the trace shows during the GPU's idle time: cause -> (GPU idle time it accounts for, what
+    shows it). Nested items (an aten::item and its cudaStreamSynchronize) are not added up: the larger counts."""
+    ops, calls = _items(host_time, "top_cpu_ops"), _items(host_time, "runtime_calls")
+    user, ranges = _items(host_time, "user_ranges"), _items(host_time, "in_dstrace_ranges")
+    first = host_time.get("first_calls") if isinstance(host_time.get("first_calls"), dict) else {}
+    first_idle = {str(k): float(v.get("idle_us")) for k, v in first.items()
+                  if isinstance(v, dict) and isinstance(v.get("idle_us"), (int, float))}
+    first_extra = {k: float(e) if isinstance(e := first[k].get("extra_us"), (int, float)) else 0.0 for k in first_idle}
+    out: dict[str, tuple[float, list[str]]] = {}
+
+    def add(cause: str, *groups: dict[str, float], labels: list[str] | None = None) -> None:
+        us = max((sum(g.values()) for g in groups), default=0.0)
+        if us > 0:  # what shows it, the most idle time first
+            ranked = sorted(((v, k) for g in groups for k, v in g.items()), key=lambda vk: -vk[0])
+            out[cause] = (us, labels or list(dict.fromkeys(k for _, k in ranked)))
+
+    first_named = {f"first {k} call ({first_extra[k] / 1e3:.1f} ms more than its later calls)": v
+                   for k, v in first_idle.items()}
+    add("one-time initialisation", _matching(calls, INIT_CALLS), first_named)
+    add("input pipeline", _matching(user, INPUT_PIPELINE), _matching(ops, INPUT_PIPELINE))
+    add("blocking copy", _matching(calls, SYNC_CALLS), _matching(ops, SYNC_OPS))
+    add("kernel launch overhead", _matching(calls, LAUNCH_CALLS))
+    hooks = host_time.get("zero3_hooks_us")
+    if mech.zero3 and isinstance(hooks, (int, float)) and not isinstance(hooks, bool):
+        add("ZeRO-3 hooks", {"all": float(hooks)}, labels=[k for k in ranges if k.startswith("zero3.")])
+    return out
+
+
+def _cudnn_note(names: str) -> str:
+    if "scaled_dot_product_attention" not in names and "cudnn_attention" not in names:
+        return ""
+    return ("; attention's host time grows when cuDNN plans each new sequence length (measured on H200, "
+            "docs/analysis-schema.md#step-time-shift): warm up over the lengths you time, or try `torch.backends.cuda.enable_cudnn_sdp(False)`")
+
+
+def _host_bound_remedy(cause: str | None, evidence: list[str], mech: Mechanisms, names: str, worst: int) -> str:
+    shown = ", ".join(evidence[:3])
+    if cause == "one-time initialisation":
+        return (f"warm up before the window: the idle is one-time work ({shown}), not the steady state; run a step "
+                "of the same shapes before profiling (`dstrace record --window-start N` with N past the first steps)")
+    if cause == "input pipeline":
+        return (f"the GPU waits for the next batch ({shown}): more DataLoader workers (`num_workers`), "
+                "`pin_memory=True`, `prefetch_factor`, or lighter per-sample work")
+    if cause == "blocking copy":
+        return (f"a blocking copy or synchronisation ({shown}) makes the host wait for the device, and nothing is "
+                "queued behind it: keep the value on the device, copy with `non_blocking=True` to or from pinned "
+                "memory, or read it once every few steps (`.item()`, `.cpu()` and printing a tensor synchronise)")
+    if cause == "ZeRO-3 hooks":
+        return ("the host time is ZeRO-3's per-sub-module fetch/release hooks, run for every sub-module on every "
+                "step" + ("; without ZeRO-3 for inference (AutoTP, device_map) they are gone" if mech.decoding else "")
+                + "; with it, fewer larger fetches (`stage3_prefetch_bucket_size`, "
+                  "`stage3_param_persistence_threshold` to keep small weights resident) cut their number")
+    if cause == "kernel launch overhead":
+        remedy = (f"kernel launches ({shown}) hold the GPU's idle time: fewer, larger kernels (`torch.compile` "
+                  "fuses them) or CUDA graphs (`torch.compile(mode=\"reduce-overhead\")`)")
+        if mech.decoding:
+            remedy += "; more tokens per forward (batch prompts), a static KV cache for CUDA graphs"
+        remedy += _cudnn_note(names)
+        return remedy
+    return (f"cause not identified: no host activity in rank {worst}'s trace accounts for most of the GPU's idle "
+            f"time{f' (largest: {shown})' if shown else ''}; open its trace (`dstrace view`) and read what the host "
+            "runs between the end of each idle gap's last kernel and the launch of the next")
+
+
+def host_bound(ranks: dict[int, RankSummary], device: str, mech: Mechanisms | None = None) -> Finding | None:
     hit = _host_bound_ranks(ranks, device)
     if not hit:
         return None
+    mech = mech or Mechanisms(zero3=False, decoding=False, gpu=device == "gpu")
     evidence = {}
     for r, (s, share) in sorted(hit.items()):
         evidence[str(r)] = {"span_us": s.span_us, "gpu_idle_us": s.idle_us, "idle_fraction": s.idle_us / s.span_us,
-                            "host_wait_share_of_idle": share, "hta_idle_causes_us": s.hta.get("idle_causes_us"),
-                            "host_during_gpu_idle": s.host_time}
+                            "host_wait_us": s.host_time.get("host_wait_us"), "host_wait_share_of_idle": share,
+                            "hta_idle_causes_summed_over_streams_us": s.hta.get("idle_causes_us"),
+                            "host_during_gpu_idle": s.host_time,
+                            "causes_us": {k: v[0] for k, v in idle_causes(s.host_time, mech).items()}}
     order = sorted(hit, key=lambda r: (-hit[r][0].idle_us / hit[r][0].span_us, r))
     worst, (s0, share0) = order[0], hit[order[0]]
     others = "".join(f", {hit[r][0].idle_us / hit[r][0].span_us:.0%} on rank {r}" for r in order[1:])
     summary = (f"GPU idle {s0.idle_us / s0.span_us:.0%} of {_ms(s0.span_us)} on rank {worst}{others}; "
-               f"{share0:.0%} of rank {worst}'s idle time is waiting for the host to launch the next kernel")
-    where = s0.host_time.get("in_dstrace_ranges") or s0.host_time.get("top_cpu_ops") or {}
+               f"{share0:.0%} of rank {worst}'s GPU idle time is waiting for the host to launch the next kernel")
+    where = _items(s0.host_time, "in_dstrace_ranges") or _items(s0.host_time, "top_cpu_ops")
     idle = s0.host_time.get("gpu_idle_us") or s0.idle_us
     top = list(where.items())[:3]
     if top and idle > 0:
@@ -288,21 +433,25 @@ def host_bound(ranks: dict[int, RankSummary], device: str) -> Finding | None:
         summary += f"; the host is {place}"
     else:
         place = ""
+    causes = idle_causes(s0.host_time, mech)
+    cause_name, (cause_us, shown) = max(causes.items(), key=lambda kv: kv[1][0], default=(None, (0.0, [])))
     names = " ".join(n for n, _ in top)
-    cause = ("each kernel finishes before the host has launched the next one, so the GPU waits on Python, "
-             "framework and launch overhead" + (f"; on rank {worst} the host is {place}" if place else ""))
-    if "zero3." in names:
-        remedy = ("the host time is ZeRO-3's per-sub-module fetch/release hooks, run for every sub-module on every "
-                  "step; without ZeRO-3 for inference (AutoTP, device_map) they are gone; with it, fewer larger "
-                  "fetches (`stage3_prefetch_bucket_size`, `stage3_param_persistence_threshold` to keep small "
-                  "weights resident) cut their number")
-    else:
+    if cause_name is None or not idle > 0 or cause_us / idle < HOST_BOUND_MOSTLY_SHARE:
+        zero3 = causes.get("ZeRO-3 hooks") if "zero3." in names else None  # the largest host item: its hooks
+        cause_name, (cause_us, shown) = ("ZeRO-3 hooks", zero3) if zero3 else (None, (0.0, []))
+        shown = shown or ([f"{n} {u / idle:.0%}" for n, u in top] if idle > 0 else [])
+    if cause_name is None and mech.decoding:
+        cause = ("each decode step's kernels finish before the host has launched the next one, so the GPU waits for "
+                 "the host" + (f"; on rank {worst} the host is {place}" if place else ""))
         remedy = ("cut per-kernel host overhead: more tokens per forward (batch prompts), CUDA graphs "
                   "(`torch.compile(mode=\"reduce-overhead\")`, a static KV cache)")
-        if "scaled_dot_product_attention" in names or "cudnn_attention" in names:
-            remedy += ("; attention's host time grows when cuDNN plans each new sequence length (measured on H200: "
-                       "see step-time-shift): warm up over the lengths you time, or try "
-                       "`torch.backends.cuda.enable_cudnn_sdp(False)`")
+        remedy += _cudnn_note(names)
+    else:
+        what = (f"{cause_name} overlaps {min(cause_us / idle, 1.0):.0%} of its GPU idle time ({', '.join(shown[:3])})"
+                if cause_name else "what the host does then is not identified")
+        cause = ("each kernel finishes before the host has launched the next one, so the GPU waits for the host; "
+                 f"on rank {worst} {what}" + (f"; the host is {place}" if place else ""))
+        remedy = _host_bound_remedy(cause_name, shown, mech, names, worst)
     return _finding("host-bound", order, summary,
                     {"threshold_idle_fraction": HOST_BOUND_IDLE_FRACTION,
                      "threshold_host_wait_share": HOST_BOUND_HOST_WAIT_SHARE,
@@ -589,7 +738,8 @@ def window_not_representative(run: LoadedRun, steps: StepSummary | None) -> Find
                      "profiled_step_ms": {str(r): v for r, v in profiled.items()}}, cause, remedy)
 
 
-def ddp_allreduce_exposed(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> Finding | None:
+def ddp_allreduce_exposed(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None,
+                          peer_finding: bool = False) -> Finding | None:
     """DDP training: the gradient all-reduce buckets per iteration and how much of them backward hides."""
     ddp = [r for r, m in run.manifests.items() if m.window and any(t in m.window.iterations for t in DDP_TRIGGERS)]
     per_rank = steps.per_rank if steps is not None and not steps.decode else {}
@@ -614,13 +764,15 @@ def ddp_allreduce_exposed(run: LoadedRun, ranks: dict[int, RankSummary], steps: 
         return None
     worst = max(hit, key=lambda r: evidence[str(r)]["exposed_fraction"])
     e = evidence[str(worst)]
-    waits = e["wait_us_per_iteration"] / e["exposed_us_per_iteration"] if e["exposed_us_per_iteration"] else 0
+    allreduce = ranks[worst].collectives["AllReduce"]
+    waits = min(allreduce.wait_us / allreduce.kernel_us, 1.0) if allreduce.kernel_us else 0.0
     summary = (f"DDP gradient all-reduce not hidden behind backward: {_ms(e['exposed_us_per_iteration'])} per "
                f"iteration exposed on rank {worst} ({e['exposed_fraction'] * 100:.0f}% of the profiled iterations), "
                f"{e['buckets_per_iteration']:.0f} bucket(s) of {_gb(e['allreduce_bytes_per_iteration'])} per iteration, "
                f"{(e['overlapped_fraction'] or 0) * 100:.0f}% of the all-reduce time overlapped by compute")
+    see = " (see peer-wait)" if peer_finding else ""
     cause = ("the all-reduce of the last bucket(s) runs after backward has finished, and the optimizer step waits "
-             f"for it; {waits * 100:.0f}% of the exposed time is waiting for a later peer (see peer-wait)"
+             f"for it; {waits * 100:.0f}% of rank {worst}'s all-reduce time is waiting for a later peer{see}"
              if waits >= 0.5 else
              "the all-reduce of the last bucket(s) runs after backward has finished, and the optimizer step waits "
              "for it: transfer that no compute hides")
@@ -632,12 +784,15 @@ def ddp_allreduce_exposed(run: LoadedRun, ranks: dict[int, RankSummary], steps: 
 
 
 def all_findings(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> list[Finding]:
+    ranks = {r: s for r, s in ranks.items() if not s.sparse}  # a bare span's shares support no finding
+    mech = mechanisms(run, ranks, steps)
+    waiting = peer_wait(ranks, run.device, mech)
     candidates = [
-        ddp_allreduce_exposed(run, ranks, steps),
+        ddp_allreduce_exposed(run, ranks, steps, peer_finding=waiting is not None and waiting.id == "peer-wait"),
         tp_config_rejected(run), tp_not_applied(run),
         fsdp_gathers_model(run, steps, ranks) if _fsdp_run(run) else zero3_gathers_model(steps, run.ranks, ranks,
                                                                                           run.world_size),
-        communication_bound(ranks, run.device), peer_wait(ranks, run.device), host_bound(ranks, run.device),
+        communication_bound(ranks, run.device, mech), waiting, host_bound(ranks, run.device, mech),
         step_time_shift(run), window_not_representative(run, steps),
     ]
     return [f for f in candidates if f is not None]

@@ -133,6 +133,7 @@ class RankSummary:
     comm_libraries_us: dict[str, float] = field(default_factory=dict)  # communication time per library (GPU)
     hta: dict[str, Any] = field(default_factory=dict)
     host_time: dict[str, Any] = field(default_factory=dict)
+    sparse: str | None = None  # why the span is too bare to split into shares (`pipeline.sparse_span`), else None
 
 
 @dataclass

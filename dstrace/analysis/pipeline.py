@@ -60,7 +60,11 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
             unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, {}),
             host_time=trace.reduced.host_time, comm_libraries_us=util.get("comm_libraries_us", {}),
+            sparse=sparse_span(util, device),
         )
+        if summaries[r].sparse:
+            notes.append(f"rank {r}: {summaries[r].sparse}: too little to split into shares; its times are given "
+                         "without percentages and no finding reads them")
     libraries = utilization.library_note({r: s.comm_libraries_us for r, s in summaries.items()})
     if libraries:
         notes.append(libraries)
@@ -73,6 +77,26 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
         ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=summaries, steps=step_summary,
         findings=found, clock=clock, waits_over_time=_waits_over_time(coll), warnings=warnings, notes=notes,
         skipped=run.skipped, accelerators=accelerators)
+
+
+SPARSE_MIN_ITEMS = 10
+"""Shares of a span that holds fewer than 10 kernels (or CPU ops and collectives) describe a handful of events,
+not a workload: a one-kernel trace is "compute 100%" of its 10 us."""
+SPARSE_MIN_SPAN_US = 100.0
+"""A span under 100 us is a few launches' worth of time, whatever it holds."""
+
+
+def sparse_span(util: dict, device: str) -> str | None:
+    """Why a rank's span has almost nothing on it, or None when its shares mean something."""
+    span, items = util.get("span_us", 0.0), util.get("work_items")
+    if not span > 0:
+        return None
+    if isinstance(items, int) and items < SPARSE_MIN_ITEMS:
+        what = ("kernel" if items == 1 else "kernels") if device == "gpu" else "CPU ops and collectives"
+        return f"its span of {span:.0f} us holds {items} {what}"
+    if span < SPARSE_MIN_SPAN_US:
+        return f"its span is {span:.0f} us"
+    return None
 
 
 TRACE_POINTERS_PER_FINDING = 8

@@ -29,7 +29,8 @@ class RankReduction:
     collectives: pd.DataFrame  # `collectives.rank_collectives`: NCCL kernels on a GPU rank, CPU ops otherwise
     steps: pd.DataFrame  # STEP_COLUMNS, one row per step of each source the rank has
     gathers: pd.DataFrame  # GATHER_COLUMNS: the rank's dstrace/zero3.allgather host ranges
-    utilization: dict  # `utilization.utilization` over the rank's GPU kernels, or its CPU work when it has none
+    utilization: dict  # `utilization.utilization` over the rank's GPU kernels, or its CPU work when it has none,
+    # with `work_items`: how many kernels (CPU ops and collectives) it counted
     host_time: dict = field(default_factory=dict)  # `host.host_during_idle`, GPU ranks only
     hta: dict | None = None  # {"breakdowns", "problems"} from `hta_breakdown.rank_breakdowns`, GPU ranks only
     step_work: list = field(default_factory=list)  # `step_work`: per step, GPU kernel time and host work by name
@@ -82,7 +83,7 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, o
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
     kernels = events.loc[events["is_gpu"], ["ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
-                            pd.DataFrame({"name": "dstrace/" + ranges["name"].map(host.range_label),
+                            pd.DataFrame({"name": "dstrace/" + ranges["name"].astype(str).map(host.range_label),
                                           "ts": ranges["ts"], "dur": ranges["dur"]})], ignore_index=True)
 
     def step_of(ts: pd.Series) -> np.ndarray:
@@ -122,9 +123,12 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: Callable[[], dict] |
     if has_gpu:
         util = utilization.utilization(events, coll, "gpu")
         host_time = host.host_during_idle(events, *work)
+        items = int(events["is_gpu"].sum())
     else:
         util = utilization.utilization(events, coll, "cpu", _own_window(steps))
         host_time = {}
+        items = len(work[1]) + len(coll)
+    util = {**util, "work_items": items}  # how many events the span's shares describe
     reduced = RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
                             utilization=util, host_time=host_time, step_work=step_work(events, steps, *work),
                             accelerator_events=accelerator_events(events))

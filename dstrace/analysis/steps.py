@@ -63,7 +63,9 @@ def step_time(manifests: dict[int, Manifest], steps: pd.DataFrame | None = None,
     noun = "decode steps" if source in DECODE_SOURCES else "steps"
     return StepTime(float(decode["ms"].median()), len(decode),
                     f"profiled {noun} in the traces ({source or 'step ranges'}, {decode['step'].nunique()} per "
-                    "rank), profiler overhead included: no manifests, so the run's other steps are not seen")
+                    "rank), profiler overhead included: "
+                    + ("the manifests hold no generate() step times" if manifests else "no manifests")
+                    + ", so the run's other steps are not seen")
 
 
 def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:

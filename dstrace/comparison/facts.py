@@ -13,6 +13,10 @@ from dstrace.comparison.stats import decode_gathered_bytes, median
 from dstrace.runfolder.records import Inventory, Manifest, RunRecord
 
 
+NOT_RECORDED = "no run.json and no manifest: not a recorded run"
+NO_MANIFEST = "no rank wrote a manifest"
+
+
 def outcome(manifests: dict[int, Manifest], record: RunRecord | None) -> tuple[str, str | None]:
     """complete, refused (a DeepSpeed entry point raised: the config was not accepted) or failed."""
     for _, m in sorted(manifests.items()):
@@ -23,14 +27,21 @@ def outcome(manifests: dict[int, Manifest], record: RunRecord | None) -> tuple[s
         if m.exit_error:
             return "failed", f"rank {m.rank}: {error_line(m.exit_error)}"
     if record is None and not manifests:
-        return "failed", "no run.json and no manifest: not a recorded run"
+        return "failed", NOT_RECORDED
+    if record is not None and record.exit_code not in (None, 0):
+        return "failed", "; ".join(record.problems) or f"the command exited with code {record.exit_code}"
     if record is not None and record.status != "complete":
-        return "failed", "; ".join(record.problems) or f"run status {record.status}"
+        return "incomplete", "; ".join(record.problems) or f"run status {record.status}"
     if not manifests:
-        return "failed", "no rank wrote a manifest"
-    if not any(m.calls for m in manifests.values()):
-        return "failed", "no chat()/generate() call was recorded"
+        return "failed", NO_MANIFEST
     return "complete", None
+
+
+def used_deepspeed(manifests: dict[int, Manifest]) -> bool:
+    """A DeepSpeed entry point was called, HF's DeepSpeed config was set, or weights are ZeRO-3 partitions: the
+    manifests' DeepSpeed version is then the job's, not merely what the environment has installed."""
+    return any(m.deepspeed_calls or m.hf_deepspeed_config is not None or m.zero3
+               or (m.inventory is not None and m.inventory.zero3_partitioned) for m in manifests.values())
 
 
 def held_fraction(inv: Inventory) -> float | None:
@@ -40,7 +51,8 @@ def held_fraction(inv: Inventory) -> float | None:
         numel = 1
         for d in w.shape:
             numel *= int(d)
-        full += numel * (w.split or 1.0)
+        # a DTensor's shape is already the global one (`Weight.placements`); an AutoTP layer's is its split part
+        full += numel * (1.0 if w.placements else (w.split or 1.0))
     return inv.local_numel / full if full else None
 
 
@@ -72,8 +84,8 @@ WITHOUT_MANIFESTS = ("no dstrace manifests: ms per step covers only the profiled
 
 def _from_traces(facts: RunFacts, analysis: Analysis) -> RunFacts:
     """What plain torch.profiler traces show: steps, collective bytes per step, transfer and wait."""
-    facts.status = "complete"
-    facts.reason = None
+    if facts.reason in (NOT_RECORDED, NO_MANIFEST):  # plain torch.profiler traces: complete as traces
+        facts.status, facts.reason = "complete", None
     facts.world_size = analysis.world_size
     if analysis.steps is not None:
         facts.ms_per_step = analysis.steps.ms_per_step
@@ -123,11 +135,15 @@ def run_facts(ref: RunRef, manifests: dict[int, Manifest], record: RunRecord | N
     ranks = sorted(manifests)
     first = manifests[ranks[0]]
     facts.world_size = max(m.world_size for m in manifests.values())
-    facts.deepspeed_version = first.versions.get("deepspeed")
+    facts.deepspeed_version = first.versions.get("deepspeed") if used_deepspeed(manifests) else None
     facts.tp_requested = tp_requests(manifests)
     timing = step_time(manifests)
     if timing is not None:
         facts.ms_per_step, facts.decode_steps, facts.ms_per_step_covers = timing.ms, timing.samples, timing.covers
+    elif analysis is not None and analysis.steps is not None:  # no generate() steps (training): the traced steps
+        facts.ms_per_step = analysis.steps.ms_per_step
+        facts.ms_per_step_covers = analysis.steps.ms_per_step_covers
+        facts.decode_steps = analysis.steps.ms_per_step_samples
     facts.gathered_bytes_per_step = median(b for r in ranks for b in decode_gathered_bytes(manifests[r]))
     inventories = [manifests[r].inventory for r in ranks if manifests[r].inventory is not None]
     if inventories:

@@ -30,7 +30,7 @@ class RunFacts:
     config: str
     repeat: str
     path: str
-    status: str  # complete | refused | failed
+    status: str  # complete | refused | failed (the command failed) | incomplete (exited 0, its record incomplete)
     reason: str | None = None  # the refusal or failure, one line
     world_size: int | None = None
     ms_per_step: float | None = None  # `analysis.steps.step_time`: median decode step, prefill and profiled steps left out
@@ -60,7 +60,7 @@ class ConfigSummary:
     """One configuration over its repeats."""
     name: str
     runs: list[RunFacts]
-    status: str  # complete | partial | refused | failed
+    status: str  # complete | partial | refused | failed | incomplete
     reason: str | None
     ms_per_step: Spread | None
     tokens_per_s: Spread | None  # per sequence: 1000 / ms per step

@@ -44,7 +44,7 @@ def _table_text(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _details(c: ConfigSummary) -> str:
-    parts = [f"TP requested: {'; '.join(c.tp_requested) or 'none'}"]
+    parts = [f"TP requested: {'; '.join(c.tp_requested) or 'none recorded'}"]
     if c.findings:
         parts.append(f"findings: {', '.join(c.findings)}")
     if c.reason:

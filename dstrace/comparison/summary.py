@@ -13,7 +13,9 @@ def _status(runs: list[RunFacts]) -> str:
         return "complete"
     if kinds["complete"]:
         return "partial"
-    return "refused" if kinds["refused"] == len(runs) else "failed"
+    if kinds["refused"] == len(runs):
+        return "refused"
+    return "incomplete" if kinds["incomplete"] == len(runs) else "failed"
 
 
 def _common(values):

@@ -80,7 +80,10 @@ def tp_request_without_effect(configs: list[ConfigSummary]) -> list[Explanation]
         if a.tp_requested == b.tp_requested or not same_structure(a, b):
             continue
         tie = indistinguishable(a.ms_per_step, b.ms_per_step)
+        single = a.ms_per_step.runs < 2 or b.ms_per_step.runs < 2
         timing = ("indistinguishable in time" if tie else
+                  "apart in time with one run of each, so no spread to judge the gap by, and nothing in the model "
+                  "to explain it: run repeats" if single else
                   "apart in time by more than their spread, with nothing in the model to explain it: "
                   "run more repeats")
         summary = (f"{a.name} ({_asked(a)}) and {b.name} ({_asked(b)}) run the same model: effective TP "

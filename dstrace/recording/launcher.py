@@ -239,8 +239,7 @@ def record(opts: RecordOptions) -> int:
     say(f"recording into {run_dir}")
     code = _run_child([executable] + opts.command[1:], child_environment(run_dir, run.run_id, opts, role))
     try:
-        summarize(run_dir, run, code, role.node if role else None)
-        run.notes.extend(reduce_traces(run_dir, run))
+        finish(run_dir, run, code, role.node if role else None)
         write_json_atomic(run_file, _record_json(run, role))
     except Exception as e:  # noqa: BLE001 - the command's exit code comes through whatever befalls the record
         warn(f"could not write the run record {run_file}: {type(e).__name__}: {e}; the ranks' own files "
@@ -346,6 +345,16 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
     run.notes = by_rank_lines(windows) + by_rank_lines(no_trace)
     complete = not run.problems and all(r.status == "complete" for r in run.ranks)
     run.status = "complete" if complete else "incomplete"
+
+
+def finish(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
+    """The run record once the command has ended: its files summarized, then its traces reduced; a rank whose
+    reduction failed makes the run incomplete, its error line among the problems."""
+    summarize(run_dir, run, exit_code, node)
+    failed = reduce_traces(run_dir, run)
+    if failed:
+        run.problems.extend(failed)
+        run.status = "incomplete"
 
 
 def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:

@@ -138,7 +138,7 @@ def test_host_bound_names_the_worst_rank_first(runs):
         assert f.ranks[0] == worst
         assert f.summary.startswith(f"GPU idle {idle_fraction(a.ranks[worst]):.0%} of ") and \
             f" on rank {worst}" in f.summary.split(";")[0]
-        assert host_wait_share(a.ranks[worst].hta) >= F.HOST_BOUND_HOST_WAIT_SHARE
+        assert host_wait_share(a.ranks[worst].host_time) >= F.HOST_BOUND_HOST_WAIT_SHARE
     # the run where the lowest rank is not the worst one: rank 1 idles more than rank 0
     a = runs["ds0198"]
     assert idle_fraction(a.ranks[1]) > idle_fraction(a.ranks[0]) and by_id(a)["host-bound"].ranks[0] == 1

@@ -167,7 +167,7 @@ def test_missing_ranks_are_written_as_ranges(tmp_path):
     assert a.missing_ranks == list(range(2, 128))
     for fmt in ("text", "markdown", "html"):
         out = render(a, fmt)
-        assert "ranks found 0, 1, missing 2-127 (126 of 128)" in out
+        assert "ranks found 0, 1, missing ranks 2-127 (126 of 128 ranks)" in out
         assert "3, 4, 5" not in out
 
 

@@ -48,7 +48,7 @@ def ranks_line(a: Analysis) -> str:
     found = ranges(a.ranks_found) or "none"
     line = f"run {a.run_id or '-'}, {device_label(a)}, world size {a.world_size}, ranks found {found}"
     missing = a.missing_ranks
-    return line + (f", missing {ranges(missing)} ({len(missing)} of {a.world_size})" if missing else "")
+    return line + (f", missing {ranks_text(missing)} ({len(missing)} of {a.world_size} ranks)" if missing else "")
 
 
 SPAN_PARTS = ("compute", "transfer", "wait for peers", "split withheld", "other busy", "idle")
@@ -109,7 +109,8 @@ def rank_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
         peer = ", ".join(f"r{p} {ms(w)}" for p, w in sorted(s.waited_for.items(), key=lambda kv: -kv[1])[:2]) or "-"
         parts = span_parts(s)
         share = shares(parts)
-        rows.append([str(r), ms(s.span_us)] + [f"{ms(parts[k])} ({share[k]}%)" for k in SPAN_PARTS] + [peer])
+        rows.append([str(r), ms(s.span_us)] + [ms(parts[k]) + ("" if s.sparse else f" ({share[k]}%)")
+                                                for k in SPAN_PARTS] + [peer])
     return head, rows
 
 

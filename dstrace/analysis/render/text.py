@@ -43,15 +43,18 @@ def render_text(a: Analysis) -> str:
         t = s.hta.get("temporal")
         if t:
             causes = ", ".join(f"{one_line(k)} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
-            hta_lines.append(f"  rank {r}: idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%, non-compute "
-                             f"{t['non_compute_pct']:.1f}%, comm/compute overlap {s.hta.get('comm_comp_overlap_pct')}%"
-                             + (f"; idle causes (summed over streams): {causes}" if causes else ""))
+            overlap = s.hta.get("comm_comp_overlap_pct")
+            hta_lines.append(f"  rank {r}: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%, non-compute "
+                             f"{t['non_compute_pct']:.1f}%" + (f", comm/compute overlap {overlap:.1f}%" if overlap is not None else "")
+                             + (f"; HTA's idle causes (summed over streams, not a share of the GPU's idle): {causes}"
+                                if causes else ""))
         where = s.host_time.get("in_dstrace_ranges") or {}
         if where:
             hta_lines.append(f"  rank {r}: host during GPU idle: "
                              + ", ".join(f"{one_line(k)} {v / 1e3:.2f} ms" for k, v in where.items()))
     if hta_lines:
-        out += ["", "HTA breakdown"] + hta_lines
+        out += ["", "HTA breakdown (HTA's own measure: every GPU event with a stream, timestamps cut to whole "
+                    "microseconds; the idle in the table above is dstrace's, over kernels, copies and memsets)"] + hta_lines
     applied = {r: o for r, o in a.clock.items() if o.applied}
     if applied:
         out += ["", "Clock alignment (on ends of matched collectives)"]
