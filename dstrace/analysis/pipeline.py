@@ -35,18 +35,20 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     coll = collectives.collective_events(run)
     notes.extend(_unknown_sizes_note(coll))
     hosts = {r: t.host for r, t in run.traces.items()}
-    coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy, alignment.host_only_reason(run))
+    withhold_all = alignment.host_only_reason(run)
+    coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy, withhold_all)
+    windows = collectives.rank_windows(run, clock)
     warnings.extend(align_warnings)
+    warnings.extend(peer_wait.withheld_warnings(coll, clock, hosts, withhold_all, windows))
     note = clocks.alignment_note(clock)
     if note:
         notes.append(note)
 
     hta, hta_warnings = hta_breakdown.hta_breakdowns(run)
     warnings.extend(hta_warnings)
-    windows = collectives.rank_windows(run, clock)
     stats = collectives.collective_stats(coll, windows)
     notes.extend(collectives.window_notes(coll, windows))
-    waits = peer_wait.wait_summary(coll)
+    waits = peer_wait.wait_summary(coll, windows)
 
     summaries: dict[int, RankSummary] = {}
     for r, trace in sorted(run.traces.items()):

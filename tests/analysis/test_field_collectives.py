@@ -216,6 +216,21 @@ def gloo_all_reduce(b: synthetic.TraceBuilder, tid: int, ts: float, dur: float, 
                      "args": {"Input type": ["float"], "Input Dims": [[floats]], "Concrete Inputs": [""]}})
 
 
+def gloo_twin(folder, late_us: float = 0.0) -> None:
+    """Two ranks, two 100 ms profiler steps, a pair of concurrent gloo all-reduces (two threads) at 10, 110,
+    210 and 310 ms: the last two pairs outside the steps. Rank 1 starts each call `late_us` later and ends it
+    when rank 0 does."""
+    for rank in range(2):
+        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        late = late_us if rank == 1 else 0.0
+        for step in range(2):
+            b.host_range(f"ProfilerStep#{step}", step * 100_000.0, 100_000.0)
+        for start in (10_000.0, 110_000.0, 210_000.0, 310_000.0):
+            gloo_all_reduce(b, 3553, start + late, 60_000.0 - late, 1000)
+            gloo_all_reduce(b, 3554, start + 5_000.0 + late, 70_000.0 - late, 8000)
+        b.write(str(folder))
+
+
 def test_gloo_collectives_table_within_the_span_and_counted_once(tmp_path):
     """A twin of HTA's cpu_only trace (below) with two profiler steps: in each 100 ms step, two gloo
     all-reduces run at once on two gloo threads (1,000 and 8,000 floats), 60 and 70 ms long, the second
@@ -224,14 +239,7 @@ def test_gloo_collectives_table_within_the_span_and_counted_once(tmp_path):
     durations sum to 260 ms, and all 8 to 520 ms.
 
     Before: the table counted 8 calls and 520 ms against the 200 ms span."""
-    for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
-        for step in range(2):
-            b.host_range(f"ProfilerStep#{step}", step * 100_000.0, 100_000.0)
-        for start in (10_000.0, 110_000.0, 210_000.0, 310_000.0):
-            gloo_all_reduce(b, 3553, start, 60_000.0, 1000)
-            gloo_all_reduce(b, 3554, start + 5_000.0, 70_000.0, 8000)
-        b.write(str(tmp_path))
+    gloo_twin(tmp_path)
     a = analyze_dir(tmp_path)
     assert a.device == "cpu"
     for r in (0, 1):
@@ -245,6 +253,24 @@ def test_gloo_collectives_table_within_the_span_and_counted_once(tmp_path):
     assert any("AllReduce on rank 0: 150.0 ms, 260.0 ms summed" in n for n in a.notes), a.notes
 
 
+def test_peer_wait_counts_the_calls_the_collectives_table_counts(tmp_path):
+    """The twin above with rank 1 starting every call 2 ms after rank 0 (the ends line up): rank 0 waits
+    2 ms on each call. In the 200 ms span it has 4 calls: 8 ms of wait over 260 ms of calls (summed per
+    call, as their waits are); rank 1 caused it and was last to all 4.
+
+    Before: peer wait read all 8 calls: comm_us 520 ms and 16 ms of wait, 8 calls caused by rank 1."""
+    gloo_twin(tmp_path, late_us=2_000.0)
+    a = analyze_dir(tmp_path)
+    s = a.ranks[0]
+    ar = s.collectives["AllReduce"]
+    assert ar.count == 4 and ar.wait_us == pytest.approx(4 * 2_000.0)
+    assert s.comm_us == pytest.approx(260_000.0) == pytest.approx(ar.wait_us + ar.transfer_us)
+    assert s.wait_us == pytest.approx(ar.wait_us) and s.unsplit_us == 0.0
+    assert s.waited_for == {1: pytest.approx(8_000.0)}
+    assert a.ranks[1].late_count == 4 and a.ranks[1].caused_wait_us == pytest.approx(8_000.0)
+    assert a.ranks[1].comm_us == pytest.approx(260_000.0 - 4 * 2_000.0)
+
+
 HTA_CPU_ONLY = os.path.join(CORPUS, "facebookresearch", "HolisticTraceAnalysis", "tests", "data", "cpu_only",
                             "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
 
@@ -256,7 +282,11 @@ def test_hta_cpu_only_gloo_trace(tmp_path):
     pair starts inside the step, at 18.5 and 26.8 ms into it, and they run together until 191.7 and
     197.3 ms: 178.8 ms of the span has an all-reduce running. 299 ranks have no trace: no split.
 
-    Before: the Collectives table said 10 calls and 2,135 ms against the 210 ms span."""
+    The withheld-split warning counts the 2 calls the table holds, and the rank's comm time is theirs,
+    cut at the span's end and summed per call: 173.2 + 170.5 = 343.7 ms, all of it without a split.
+
+    Before: the Collectives table said 10 calls and 2,135 ms against the 210 ms span; after the table was
+    cut to the span, the warning still said 10 calls and comm_us 2,135 ms."""
     shutil.copy(HTA_CPU_ONLY, tmp_path)
     try:
         a = analyze_dir(tmp_path)
@@ -268,3 +298,6 @@ def test_hta_cpu_only_gloo_trace(tmp_path):
     assert ar.kernel_us == pytest.approx(178_777.4, abs=1.0)
     assert ar.kernel_us <= s.span_us == pytest.approx(210_109.2, abs=1.0)
     assert ar.unsplit_us == pytest.approx(ar.kernel_us)
+    assert s.comm_us == pytest.approx(343_681.0, abs=1.0) and s.unsplit_us == pytest.approx(s.comm_us)
+    withheld = [w for w in a.warnings if w.startswith("wait/transfer split withheld")]
+    assert len(withheld) == 1 and "for 2 AllReduce call(s) on rank 34:" in withheld[0], a.warnings
