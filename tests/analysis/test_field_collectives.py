@@ -4,6 +4,7 @@ Each test says first what an expert reads off the events, then checks dstrace's 
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -155,6 +156,49 @@ DEEPEP = {  # kernel names as DeepSeek's public profile (profile-data, train.jso
 }
 
 
+def deepep_twin(folder, gemm: bool = True) -> None:
+    """Two ranks, three 1000 us steps: DeepEP notify 50 us, dispatch 300 us, combine 400 us on stream 30;
+    layout 20 us (and with `gemm` a GEMM of 600 us) on stream 7."""
+    for rank in range(2):
+        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        for step in range(3):
+            t = step * 1000.0
+            b.kernel(DEEPEP["layout"], t, 20.0, stream=7)
+            b.kernel(DEEPEP["notify"], t + 30.0, 50.0, stream=30)
+            b.kernel(DEEPEP["dispatch"], t + 90.0, 300.0, stream=30)
+            if gemm:
+                b.compute(t + 100.0, 600.0, stream=7)
+            b.kernel(DEEPEP["combine"], t + 400.0, 400.0, stream=30)
+        b.write(str(folder))
+
+
+def test_hta_breakdown_says_which_of_its_compute_is_deepep_communication(tmp_path):
+    """The DeepEP twin without its GEMM: HTA types every kernel COMPUTATION, so HTA's temporal breakdown
+    says compute is all the busy time: 2,310 of the 2,800 us span (82.5%), all of it DeepEP's
+    notify/dispatch/combine (750 us per step) but for the 20 us layout kernels, which count tokens and
+    move nothing. An expert: 2,250 us of HTA's compute (80.4% of the span) is DeepEP communication.
+
+    Before: the report printed "compute 82.5%" (all of the busy time) with no word that 2.25 ms of it is
+    DeepEP communication, and the JSON's top kernels called DeepEP's kernels COMPUTATION unlabelled."""
+    from dstrace.analysis.render.json import render_json
+    from dstrace.analysis.render.text import render_text
+
+    deepep_twin(tmp_path, gemm=False)
+    a = analyze_dir(tmp_path)
+    t = a.ranks[0].hta["temporal"]
+    assert t["compute_us"] == pytest.approx(3 * (20 + 750)) and t["non_compute_us"] == 0.0  # HTA's own figures
+    assert t["span_us"] == pytest.approx(2800.0)
+    assert t["communication_in_compute_us"] == {"DeepEP": pytest.approx(3 * 750.0)}
+    labelled = {k["name"]: k.get("communication_library") for k in a.ranks[0].hta["top_kernels"]}
+    assert labelled[DEEPEP["combine"]] == "DeepEP" and labelled[DEEPEP["layout"]] is None
+    line = next(x for x in render_text(a).splitlines() if x.startswith("  rank 0: HTA's own idle"))
+    compute = f"compute {t['compute_pct']:.1f}%"
+    assert (f"{compute} (it includes 2.25 ms of DeepEP communication kernels ({2250 / t['span_us']:.1%} of the "
+            "span), which HTA types as computation)") in line, line
+    doc = json.loads(render_json(a))
+    assert doc["ranks"]["0"]["hta"]["temporal"]["communication_in_compute_us"]["DeepEP"] == pytest.approx(2250.0)
+
+
 def test_deepep_kernels_are_deepep_communication(tmp_path):
     """A twin of DeepSeek's expert-parallel training profile (profile-data train.json, rank 0 of 64, H800;
     not committed: its repository states no licence): DeepEP's `dpsk::ep::internode::*` kernels move tokens
@@ -164,16 +208,7 @@ def test_deepep_kernels_are_deepep_communication(tmp_path):
     notify 50 us, dispatch 300 us, combine 400 us on stream 30; layout 20 us and a GEMM of 600 us on stream 7.
 
     Before: every DeepEP kernel was compute (HTA's kernel type says COMPUTATION), communication 0."""
-    for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
-        for step in range(3):
-            t = step * 1000.0
-            b.kernel(DEEPEP["layout"], t, 20.0, stream=7)
-            b.kernel(DEEPEP["notify"], t + 30.0, 50.0, stream=30)
-            b.kernel(DEEPEP["dispatch"], t + 90.0, 300.0, stream=30)
-            b.compute(t + 100.0, 600.0, stream=7)
-            b.kernel(DEEPEP["combine"], t + 400.0, 400.0, stream=30)
-        b.write(str(tmp_path))
+    deepep_twin(tmp_path)
     a = analyze_dir(tmp_path)
     for r in (0, 1):
         s = a.ranks[r]
