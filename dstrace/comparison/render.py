@@ -7,11 +7,16 @@ import math
 
 from dstrace.analysis.render.common import size
 from dstrace.comparison.model import Comparison, ConfigSummary, Spread
-from dstrace.say import md_inline, one_line
+from dstrace.say import md_inline
 
 FORMATS = ("text", "json", "markdown")
 HEAD = ["configuration", "status", "runs", "ms/step median [min-max]", "tok/s per seq", "tok/s all seqs",
         "vs baseline", "transfer", "wait for peers", "gathered/step", "eff. TP", "held", "DeepSpeed"]
+
+
+TEXT_TABLES = (("Configurations: time", (0, 1, 2, 3, 6, 4, 5)),
+               ("Configurations: model and collectives", (0, 7, 8, 9, 10, 11, 12)))
+"""HEAD's columns in two tables on a terminal, so that each fits its width."""
 
 
 def _spread(s: Spread | None, digits: int = 1) -> str:
@@ -32,15 +37,6 @@ def _row(c: ConfigSummary, comparison: Comparison) -> list[str]:
             size(c.gathered_bytes_per_step),
             "-" if c.effective_tp is None else str(c.effective_tp), _pct(c.held_fraction),
             ", ".join(c.deepspeed_versions) or "-"]
-
-
-def _table_text(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
 def _details(c: ConfigSummary) -> str:
@@ -78,23 +74,56 @@ def _ratio_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def render_text(comparison: Comparison) -> str:
-    out = [f"dstrace comparison: {len(comparison.configs)} configurations, "
-           f"{sum(len(c.runs) for c in comparison.configs)} runs", ""]
-    out += _table_text(HEAD, [_row(c, comparison) for c in comparison.configs])
-    out += ["", "Configurations"] + [f"  {_details(c)}" for c in comparison.configs]
+def _draw(console, comparison: Comparison) -> None:
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from dstrace.analysis.render.text import plain, table
+
+    def heading(title: str) -> None:
+        console.print()
+        console.print(plain(title, "bold underline"))
+
+    def items(lines: list[str], style: str = "") -> None:
+        for x in lines:
+            console.print(Padding(plain(x, style), (0, 0, 0, 2)))
+
+    console.print(plain(f"dstrace comparison: {len(comparison.configs)} configurations, "
+                        f"{sum(len(c.runs) for c in comparison.configs)} runs", "bold"))
     v = comparison.verdict
-    out += ["", f"Indistinguishable ({v.rule})"]
-    out += [f"  {a} ~ {b}" for a, b in v.indistinguishable] or ["  none"]
+    heading("Why")
+    if not v.explanations:
+        items(["nothing to explain"])
+    for e in v.explanations:
+        line = Text(f"[{e.id}] ", style="bold yellow")
+        line.append_text(plain(e.summary))
+        console.print(Padding(line, (0, 0, 0, 2)))
+        if e.remedy:
+            console.print(Padding(plain(f"what to do: {e.remedy}"), (0, 0, 0, 6)))
     if v.baseline:
-        out += ["", f"Against the baseline {v.baseline}"] + ([f"  {x}" for x in _ratio_lines(comparison)]
-                                                             or ["  no timed run of the baseline"])
-    out += ["", "Why"] + ([y for e in v.explanations for y in [f"  [{e.id}] {e.summary}"]
-                           + ([f"      what to do: {e.remedy}"] if e.remedy else [])] or ["  nothing to explain"])
+        heading(f"Against the baseline {v.baseline}")
+        items(_ratio_lines(comparison) or ["no timed run of the baseline"])
+    heading(f"Indistinguishable ({v.rule})")
+    items([f"{a} ~ {b}" for a, b in v.indistinguishable] or ["none"])
+    rows = [_row(c, comparison) for c in comparison.configs]
+    for title, columns in TEXT_TABLES:
+        heading(title)
+        console.print(Padding(table([HEAD[i] for i in columns], [[r[i] for i in columns] for r in rows], keys=1),
+                              (0, 0, 0, 2)))
+    items([_details(c) for c in comparison.configs])
     if comparison.warnings:
-        out += ["", "Warnings"] + [f"  {w}" for w in comparison.warnings]
-    out += ["", "Columns"] + [f"  {x}" for x in legend(comparison)]
-    return "\n".join(map(one_line, out)) + "\n"
+        heading("Warnings")
+        items(comparison.warnings, "yellow")
+    heading("Columns")
+    items(legend(comparison))
+
+
+def render_text(comparison: Comparison, screen=None) -> str:
+    """The verdict (why, against the baseline, which runs cannot be told apart) first, then the table; laid
+    out for `screen` (`dstrace.analysis.render.terminal`; default 100 plain columns)."""
+    from dstrace.analysis.render.terminal import Screen, capture
+
+    return capture(screen or Screen(), lambda console: _draw(console, comparison))
 
 
 def _cell(text: str) -> str:
@@ -143,5 +172,7 @@ def render_json(comparison: Comparison) -> str:
     return json.dumps(to_dict(comparison), indent=1) + "\n"
 
 
-def render(comparison: Comparison, fmt: str) -> str:
+def render(comparison: Comparison, fmt: str, screen=None) -> str:
+    if fmt == "text":
+        return render_text(comparison, screen)
     return {"json": render_json, "markdown": render_markdown}.get(fmt, render_text)(comparison)

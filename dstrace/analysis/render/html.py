@@ -5,10 +5,12 @@ No script, no CDN, no network: the file opens anywhere and can be attached to an
 from __future__ import annotations
 
 import html
+import re
 
 from dstrace.analysis.model import Analysis
+from dstrace.explain import doc_link
 from dstrace.analysis.render.common import (
-    LEGEND, SPAN_PARTS, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, span_parts, step_time_line,
+    SPAN_PARTS, legend, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, span_parts, step_time_line,
     steps_line,
 )
 
@@ -21,6 +23,11 @@ MAX_POINTS = 4000
 
 def _esc(x) -> str:
     return html.escape(str(x))
+
+
+def _prose(x) -> str:
+    """A sentence of a finding: escaped, its `code` spans shown as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _esc(x))
 
 
 def time_bars(a: Analysis) -> str:
@@ -91,10 +98,10 @@ def _table(head, rows) -> str:
 
 
 def _finding(f) -> str:
-    details = "".join(f"<li><b>{_esc(label)}</b>: " + (f'<a href="{_esc(text)}">{_esc(text)}</a>' if label == "docs"
-                                                       else _esc(text)) + "</li>"
+    details = "".join(f"<li><b>{_esc(label)}</b>: " + (f'<a href="{_esc(doc_link(text))}">{_esc(text)}</a>'
+                                                       if label == "docs" else _prose(text)) + "</li>"
                       for label, text in finding_details(f))
-    return (f"<li><code>{_esc(f.id)}</code> ({_esc(ranks_of(f))}): {_esc(f.summary)}"
+    return (f"<li><code>{_esc(f.id)}</code> ({_esc(ranks_of(f))}): {_prose(f.summary)}"
             + (f"<ul>{details}</ul>" if details else "") + "</li>")
 
 
@@ -117,6 +124,6 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f
 <h2>Collective waits over time</h2>{wait_scatter(a)}
 {('<h2>Collectives</h2>' + _table(head, rows)) if rows else ''}
 {extra}
-<h2>Columns</h2><dl>{"".join(f"<dt>{_esc(t)}</dt><dd>{_esc(m)}</dd>" for t, m in LEGEND)}</dl>
+<h2>Columns</h2><dl>{"".join(f"<dt>{_esc(t)}</dt><dd>{_esc(m)}</dd>" for t, m in legend(a))}</dl>
 </body></html>
 """
