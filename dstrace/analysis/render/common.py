@@ -87,6 +87,7 @@ HOST_LEGEND = dict(LEGEND) | {
                       "the op waits, no data moves",
     "other busy": "other host work counted as busy",
     "idle": "no CPU op runs on the rank's traced threads (Python, the framework and the launcher between ops)",
+    "time / wait / transfer": "a collective kind's summed op time, split as above (overlap with compute included)",
     "algbw": "bytes / op time, wait included (nccl-tests' algorithm bandwidth, GB = 1e9 B)",
 }
 """The same terms for CPU-only and host-only traces, where every time is a host time."""

@@ -154,10 +154,17 @@ def draw(console, a: Analysis, verbose: bool) -> None:
             items(found, style)
     if a.ranks:
         heading("Terms" if verbose else "Terms used above")
-        for term, meaning in legend(a, None if verbose else terms):
-            line = Text(f"{term}: ", style="bold")
-            line.append(meaning)
-            console.print(Padding(line, (0, 0, 0, INDENT)))
+        console.print(Padding(terms_grid(legend(a, None if verbose else terms)), (0, 0, 0, INDENT)))
+
+
+def terms_grid(pairs: list[tuple[str, str]]) -> Table:
+    """Term | meaning, the meaning wrapped within its own column."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    for term, meaning in pairs:
+        grid.add_row(term, meaning)
+    return grid
 
 
 def render_text(a: Analysis, screen: Screen | None = None) -> str:
