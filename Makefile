@@ -75,7 +75,7 @@ $(DEMO_RUN): launch/zero3_chat.py launch/nvlm_standin.py | $(CORE_STAMP) $(ERA_S
 
 # The demo's two environments, built side by side: dstrace's own (no torch) and the era's.
 demo-envs:
-	@$(MAKE) --no-print-directory -j2 $(CORE_STAMP) $(ERA_STAMP)
+	@$(MAKE) --no-print-directory -s -j2 $(CORE_STAMP) $(ERA_STAMP)
 
 demo: demo-envs
 	@$(MAKE) --no-print-directory -q $(DEMO_RUN) \
