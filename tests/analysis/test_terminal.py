@@ -99,9 +99,10 @@ def test_the_verdict_comes_first_with_cause_remedy_and_evidence(full_run):
     verdict = out[out.index("Verdict"):out.index("\nSteps")]
     found = re.findall(r"^  \[([a-z0-9-]+)\]", verdict, re.M)
     assert {"tp-not-applied", "peer-wait"} <= set(found)
-    for label in ("why", "what to do", "evidence", "docs", "more"):
+    for label in ("why", "what to do", "evidence", "docs"):
         assert len(re.findall(rf"^      {label}: ", verdict, re.M)) == len(found), label
     assert all(len(line) <= 100 for line in re.findall(r"^      evidence: .*$", verdict, re.M))
+    assert all(f"docs: dstrace explain {name}, or" in verdict for name in found)
 
 
 def test_terms_are_those_the_report_used_and_verbose_gives_all(full_run):

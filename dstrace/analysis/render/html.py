@@ -144,8 +144,9 @@ def step_plot(a: Analysis, call: int) -> str:
     if profiled:
         x0, x1 = x_of(profiled[0] - 0.5), x_of(profiled[-1] + 0.5)
         svg.append(f'<rect class="profiled" x="{x0:.1f}" y="{top}" width="{x1 - x0:.1f}" height="{height}" '
-                   f'fill="#4c78a8" fill-opacity="0.12"><title>profiled steps {profiled[0]}-{profiled[-1]}</title></rect>')
-        for x, label in ((x0, f"profiler starts (step {profiled[0]})"), (x1, f"stops (after step {profiled[-1]})")):
+                   f'fill="#4c78a8" fill-opacity="0.12"><title>profiled steps {profiled[0]}-{profiled[-1]}</title>'
+                   '</rect>')
+        for x in (x0, x1):
             svg.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + height}" stroke="#4c78a8" '
                        f'stroke-dasharray="3,3"/>')
         svg.append(f'<text x="{x0:.1f}" y="{top - 4}" font-size="11" fill="#4c78a8">profiled: steps {profiled[0]}-'

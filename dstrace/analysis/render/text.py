@@ -75,7 +75,8 @@ def _finding(console, f: Finding, verbose: bool) -> None:
     head.append(f"{ranks_of(f)}: ", style="bold")
     head.append_text(plain(f.summary))
     console.print(Padding(head, (0, 0, 0, INDENT)))
-    lines = [labelled(label, doc_link(text) if label == "docs" else text, "cyan" if label == "docs" else "")
+    lines = [labelled(label, f"dstrace explain {f.id}, or {doc_link(text)}" if label == "docs" else text,
+                      "cyan" if label == "docs" else "")
              for label, text in finding_details(f)]
     evidence = evidence_line(f)
     if evidence:
@@ -83,7 +84,6 @@ def _finding(console, f: Finding, verbose: bool) -> None:
         if not verbose:
             line.no_wrap, line.overflow = True, "ellipsis"
         lines.insert(2, line)
-    lines.append(labelled("more", f"dstrace explain {f.id}"))
     for line in lines:
         console.print(Padding(line, (0, 0, 0, INDENT + 4)))
 
