@@ -66,7 +66,7 @@ $(DEMO_RUN): launch/zero3_chat.py launch/nvlm_standin.py | $(CORE_STAMP) $(ERA_S
 	@rm -rf traces/demo traces/demo.log
 	@mkdir -p traces
 	@echo "dstrace: recording 2 ranks of launch/zero3_chat.py (DeepSpeed 0.16.1, ZeRO-3, tp_size=2) on CPU" \
-	  "(about 1 min); the job's output goes to traces/demo.log"
+	  "(15-75 s); the job's output goes to traces/demo.log"
 	@DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 TORCH_EXTENSIONS_DIR=$(ERA_EXTENSIONS) $(BIN)/dstrace record -o traces/demo -- \
 	  $(ERA)/bin/python -m torch.distributed.run --standalone --nproc_per_node 2 \
 	  launch/zero3_chat.py --size tiny --tp-size 2 --max-new-tokens 16 --no-cpu-allreduce-op >traces/demo.log 2>&1 \
