@@ -87,15 +87,19 @@ def _start(logdir: str, port: int) -> str:
 
 def _server(logdir: str, port: int) -> int:
     """The TensorBoard process (`python -m dstrace.viewing.tensorboard LOGDIR PORT`): prints its URL, then
-    serves until it is terminated."""
+    serves until it is terminated or the `dstrace view` that started it is gone (killed, it could not stop
+    this process group: the server must not outlive it)."""
+    parent = os.getppid()
     try:
         url = _start(logdir, port)
     except UserError as e:
         say(str(e))
         return e.code
     print(url, flush=True)
-    while True:
-        signal.pause()
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+    return 0
 
 
 def _loaded(url: str, run_name: str) -> bool:
