@@ -20,11 +20,12 @@ def chosen_format(explicit: str | None, output: str | None, formats: tuple[str, 
     return by_name if by_name in formats else "text"
 
 
-def write_report(text: str, output: str | None) -> None:
-    """To stdout (its control characters escaped: a report read in a terminal must not drive it), or to the
+def write_report(text: str, output: str | None, escaped: bool = False) -> None:
+    """To stdout (its control characters escaped: a report read in a terminal must not drive it; `escaped`:
+    the renderer escaped every value itself and its only escape sequences are its colours), or to the
     file, whole or not at all."""
     if not output:
-        sys.stdout.write(terminal_safe(text))
+        sys.stdout.write(text if escaped else terminal_safe(text))
         return
     try:
         write_text_atomic(output, text)

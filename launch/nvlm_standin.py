@@ -210,6 +210,16 @@ def set_local_size_for_cpu_allreduce() -> None:
     atexit.register(_remove_cpu_allreduce_buffer)
 
 
+def skip_cpu_allreduce_op() -> None:
+    """DeepSpeed on CPU JIT-compiles its shared-memory all-reduce op in init_distributed (4-6 min on two
+    busy cores), yet only `inference_all_reduce`, AutoTP's layers, calls it. Marked unavailable, DeepSpeed
+    skips it (`comm/torch.py: build_shm_op`) and every collective runs on gloo, as a GPU run's do on NCCL.
+    For runs without AutoTP; call before deepspeed.initialize."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def _remove_cpu_allreduce_buffer() -> None:
     """The kernel never unlinks its 66 MB shared-memory buffer: each run would leave one per rank in /dev/shm."""
     name = "_".join(["deepspeed_allreduce_buffer", str(os.getuid()), os.environ.get("MASTER_ADDR", ""),

@@ -15,7 +15,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nvlm_standin import (ByteTokenizer, NVLMStandIn, build_config, dtype_argument, pixel_values,  # noqa: E402
-                          place_rank, prompt_for, set_local_size_for_cpu_allreduce, timed_chat)
+                          place_rank, prompt_for, set_local_size_for_cpu_allreduce, skip_cpu_allreduce_op,
+                          timed_chat)
 
 CHECKPOINT_WAIT_S = 900
 
@@ -35,6 +36,9 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto")
     p.add_argument("--result", default=None, help="append one JSON line per chat() call to this file")
+    p.add_argument("--no-cpu-allreduce-op", action="store_true",
+                   help="without AutoTP: do not let DeepSpeed compile its CPU all-reduce op, which only AutoTP "
+                        "calls (minutes on a small machine; make demo)")
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # DeepSpeed's launcher
     return p.parse_args(argv)
 
@@ -82,6 +86,8 @@ def build(args):
     config = ds_config(args, place.bf16)
     if (args.autotp_size or 0) > 1:
         set_local_size_for_cpu_allreduce()
+    elif args.no_cpu_allreduce_op:
+        skip_cpu_allreduce_op()
     dschf = HfDeepSpeedConfig(config)  # noqa: F841 - must stay alive: from_pretrained builds under zero.Init
 
     if args.load == "pretrained":

@@ -23,8 +23,16 @@ def tool(name: str) -> str:
 
 
 def cpu_env(**extra) -> dict:
+    """A job's environment on CPU. DeepSpeed JIT-builds its CPU all-reduce op under one name in every
+    release: each release the job runs (0.16.1 from DSTRACE_DEEPSPEED_ERA on its PYTHONPATH, else the
+    installed one) gets its own build folder, or alternating releases break each other's build."""
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.update(extra)
+    if "TORCH_EXTENSIONS_DIR" not in extra:
+        era = os.environ.get("DSTRACE_DEEPSPEED_ERA")
+        release = "0.16.1" if era and era in env.get("PYTHONPATH", "").split(os.pathsep) else "installed"
+        env["TORCH_EXTENSIONS_DIR"] = os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions",
+                                                   f"deepspeed-{release}")
     return env
 
 

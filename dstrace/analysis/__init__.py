@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read the rank summaries (*.summary.json.gz, written by dstrace record) or the "
                              f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
                              "ranks or the traces are large (default)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="text report: every section, span part and term (default: the verdict, the tables "
+                             "and the terms they use)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -41,11 +44,14 @@ def main(args: argparse.Namespace) -> int:
     workers = getattr(args, "parse_workers", None)
     if workers is not None and workers < 1:
         raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
+    from dstrace.analysis.render.terminal import screen_for
+
+    screen = screen_for(bool(args.output), getattr(args, "verbose", False))
     report, warnings = report_of(args.trace_dir, fmt, clock_policy=getattr(args, "align_clocks", "auto"),
-                                 source=getattr(args, "source", "auto"), workers=workers)
+                                 source=getattr(args, "source", "auto"), workers=workers, screen=screen)
     for warning in warnings:
         warn(warning)
-    write_report(report, args.output)
+    write_report(report, args.output, escaped=fmt == "text")
     return 0
 
 
@@ -68,12 +74,14 @@ def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "
 
 
 def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
-              workers: int | None = None) -> tuple[str, list[str]]:
+              workers: int | None = None, screen=None) -> tuple[str, list[str]]:
     """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
     options or dstrace changed since, else a new analysis (then kept)."""
     from dstrace.analysis import report_cache
 
     options = {"format": fmt, "align_clocks": clock_policy, "source": source}
+    if fmt == "text" and screen is not None:
+        options |= screen.options()
     key = report_cache.key(trace_dir, options)  # None for a folder that cannot be read
     kept = report_cache.read(trace_dir, fmt, key) if key else None
     if kept is not None:
@@ -83,7 +91,7 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
     from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
 
     analysis = load_and_analyze(trace_dir, source=source, clock_policy=clock_policy, workers=workers)
-    report, warnings = render(analysis, fmt), list(analysis.warnings)
+    report, warnings = render(analysis, fmt, screen), list(analysis.warnings)
     if key:
         report_cache.write(trace_dir, fmt, key, report, warnings)
     return report, warnings

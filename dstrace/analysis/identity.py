@@ -51,7 +51,9 @@ def versions() -> dict:
             return metadata.version(dist)
         except metadata.PackageNotFoundError:
             return None
-    return {"dstrace": version("dstrace"), "code": code(), "hta": version("holistictraceanalysis"),
+    from dstrace import __version__
+
+    return {"dstrace": __version__, "code": code(), "hta": version("holistictraceanalysis"),
             "pandas": version("pandas")}
 
 

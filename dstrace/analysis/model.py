@@ -154,6 +154,17 @@ class StepSummary:
 
 
 @dataclass
+class StepSeries:
+    """One call's step times on one rank, as its manifest recorded them (step 0 is the prefill), for the
+    HTML report's plot; `kinds` holds a kind per step when the manifest gives one."""
+    rank: int
+    call: int
+    step_ms: list[float]
+    profiled: list[int] = field(default_factory=list)  # the steps the profiler window recorded
+    kinds: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Finding:
     id: str
     ranks: list[int]
@@ -183,3 +194,4 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     accelerators: dict[str, dict] = field(default_factory=dict)  # LoadedRun.accelerators
+    step_series: list[StepSeries] = field(default_factory=list)  # `pipeline.step_series`

@@ -7,7 +7,7 @@ import pandas as pd
 
 from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, peer_wait, steps as steps_mod,
                               utilization)
-from dstrace.analysis.model import Analysis, LoadedRun, RankSummary
+from dstrace.analysis.model import Analysis, LoadedRun, RankSummary, StepSeries
 from dstrace.rankset import ranks_text
 
 
@@ -78,7 +78,21 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
         trace_dir=run.trace_dir, run_id=run.run_id, device=device, world_size=run.world_size,
         ranks_found=run.ranks, missing_ranks=run.missing_ranks, ranks=summaries, steps=step_summary,
         findings=found, clock=clock, waits_over_time=_waits_over_time(coll), warnings=warnings, notes=notes,
-        skipped=run.skipped, accelerators=accelerators)
+        skipped=run.skipped, accelerators=accelerators, step_series=step_series(run))
+
+
+def step_series(run: LoadedRun) -> list[StepSeries]:
+    """Every completed call's step times per rank from the manifests, with the steps its window profiled."""
+    out = []
+    for rank, m in sorted(run.manifests.items()):
+        w = m.window
+        for call in m.calls:
+            if call.error or len(call.step_ms) < 2:
+                continue
+            profiled = list(w.recorded_steps) if w and w.mode == "full" and w.call == call.index else []
+            kinds = [str(k) for k in getattr(call, "step_kinds", None) or []]
+            out.append(StepSeries(rank, call.index, list(call.step_ms), profiled, kinds))
+    return out
 
 
 SPARSE_MIN_ITEMS = 10

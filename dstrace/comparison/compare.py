@@ -61,5 +61,8 @@ def main(args: argparse.Namespace) -> int:
     comparison = compare_runs(args.run_dirs, args.baseline)
     for warning in comparison.warnings:
         warn(warning)
-    write_report(render(comparison, chosen_format(args.format, args.output, FORMATS)), args.output)
+    from dstrace.analysis.render.terminal import screen_for
+
+    fmt = chosen_format(args.format, args.output, FORMATS)
+    write_report(render(comparison, fmt, screen_for(bool(args.output))), args.output, escaped=fmt == "text")
     return 0

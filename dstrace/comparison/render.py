@@ -7,11 +7,16 @@ import math
 
 from dstrace.analysis.render.common import size
 from dstrace.comparison.model import Comparison, ConfigSummary, Spread
-from dstrace.say import md_inline, one_line
+from dstrace.say import md_inline
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "html")
 HEAD = ["configuration", "status", "runs", "ms/step median [min-max]", "tok/s per seq", "tok/s all seqs",
         "vs baseline", "transfer", "wait for peers", "gathered/step", "eff. TP", "held", "DeepSpeed"]
+
+
+TEXT_TABLES = (("Configurations: time", (0, 1, 2, 3, 6, 4, 5)),
+               ("Configurations: model and collectives", (0, 7, 8, 9, 10, 11, 12)))
+"""HEAD's columns in two tables on a terminal, so that each fits its width."""
 
 
 def _spread(s: Spread | None, digits: int = 1) -> str:
@@ -32,15 +37,6 @@ def _row(c: ConfigSummary, comparison: Comparison) -> list[str]:
             size(c.gathered_bytes_per_step),
             "-" if c.effective_tp is None else str(c.effective_tp), _pct(c.held_fraction),
             ", ".join(c.deepspeed_versions) or "-"]
-
-
-def _table_text(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
 def _details(c: ConfigSummary) -> str:
@@ -78,23 +74,56 @@ def _ratio_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def render_text(comparison: Comparison) -> str:
-    out = [f"dstrace comparison: {len(comparison.configs)} configurations, "
-           f"{sum(len(c.runs) for c in comparison.configs)} runs", ""]
-    out += _table_text(HEAD, [_row(c, comparison) for c in comparison.configs])
-    out += ["", "Configurations"] + [f"  {_details(c)}" for c in comparison.configs]
+def _draw(console, comparison: Comparison) -> None:
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from dstrace.analysis.render.text import plain, table
+
+    def heading(title: str) -> None:
+        console.print()
+        console.print(plain(title, "bold underline"))
+
+    def items(lines: list[str], style: str = "") -> None:
+        for x in lines:
+            console.print(Padding(plain(x, style), (0, 0, 0, 2)))
+
+    console.print(plain(f"dstrace comparison: {len(comparison.configs)} configurations, "
+                        f"{sum(len(c.runs) for c in comparison.configs)} runs", "bold"))
     v = comparison.verdict
-    out += ["", f"Indistinguishable ({v.rule})"]
-    out += [f"  {a} ~ {b}" for a, b in v.indistinguishable] or ["  none"]
+    heading("Why")
+    if not v.explanations:
+        items(["nothing to explain"])
+    for e in v.explanations:
+        line = Text(f"[{e.id}] ", style="bold yellow")
+        line.append_text(plain(e.summary))
+        console.print(Padding(line, (0, 0, 0, 2)))
+        if e.remedy:
+            console.print(Padding(plain(f"what to do: {e.remedy}"), (0, 0, 0, 6)))
     if v.baseline:
-        out += ["", f"Against the baseline {v.baseline}"] + ([f"  {x}" for x in _ratio_lines(comparison)]
-                                                             or ["  no timed run of the baseline"])
-    out += ["", "Why"] + ([y for e in v.explanations for y in [f"  [{e.id}] {e.summary}"]
-                           + ([f"      what to do: {e.remedy}"] if e.remedy else [])] or ["  nothing to explain"])
+        heading(f"Against the baseline {v.baseline}")
+        items(_ratio_lines(comparison) or ["no timed run of the baseline"])
+    heading(f"Indistinguishable ({v.rule})")
+    items([f"{a} ~ {b}" for a, b in v.indistinguishable] or ["none"])
+    rows = [_row(c, comparison) for c in comparison.configs]
+    for title, columns in TEXT_TABLES:
+        heading(title)
+        console.print(Padding(table([HEAD[i] for i in columns], [[r[i] for i in columns] for r in rows], keys=1),
+                              (0, 0, 0, 2)))
+    items([_details(c) for c in comparison.configs])
     if comparison.warnings:
-        out += ["", "Warnings"] + [f"  {w}" for w in comparison.warnings]
-    out += ["", "Columns"] + [f"  {x}" for x in legend(comparison)]
-    return "\n".join(map(one_line, out)) + "\n"
+        heading("Warnings")
+        items(comparison.warnings, "yellow")
+    heading("Columns")
+    items(legend(comparison))
+
+
+def render_text(comparison: Comparison, screen=None) -> str:
+    """The verdict (why, against the baseline, which runs cannot be told apart) first, then the table; laid
+    out for `screen` (`dstrace.analysis.render.terminal`; default 100 plain columns)."""
+    from dstrace.analysis.render.terminal import Screen, capture
+
+    return capture(screen or Screen(), lambda console: _draw(console, comparison))
 
 
 def _cell(text: str) -> str:
@@ -124,6 +153,92 @@ def render_markdown(comparison: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
+def ms_plot(comparison: Comparison) -> str:
+    """Each configuration's ms per decode step: every run a dot, the median a bar, min-max a whisker;
+    inline SVG, no script."""
+    from html import escape
+
+    configs = [c for c in comparison.configs if c.ms_per_step is not None]
+    if not configs:
+        return "<p>No configuration has a timed run.</p>"
+    row_h, left, width, top = 26, 170, 520, 20
+    xmax = max(max([c.ms_per_step.high] + [r.ms_per_step for r in c.runs if r.ms_per_step is not None])
+               for c in configs) * 1.08
+    height = top + row_h * len(configs) + 30
+
+    def x_of(ms: float) -> float:
+        return left + width * ms / xmax
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" height="{height}" role="img" '
+           'class="ms-plot"><title>ms per decode step per configuration</title>',
+           f'<line x1="{left}" y1="{top + row_h * len(configs)}" x2="{left + width}" '
+           f'y2="{top + row_h * len(configs)}" stroke="#333"/>']
+    for tick in range(5):
+        ms = xmax * tick / 4
+        svg.append(f'<text x="{x_of(ms):.1f}" y="{top + row_h * len(configs) + 16}" font-size="11" '
+                   f'text-anchor="middle">{ms:.0f} ms</text>')
+    for i, c in enumerate(configs):
+        y = top + i * row_h + row_h / 2
+        s = c.ms_per_step
+        svg.append(f'<text x="{left - 8}" y="{y + 4:.1f}" font-size="12" text-anchor="end">{escape(c.name)}</text>'
+                   f'<line x1="{x_of(s.low):.1f}" y1="{y:.1f}" x2="{x_of(s.high):.1f}" y2="{y:.1f}" stroke="#4c78a8" '
+                   f'stroke-width="2"/>'
+                   f'<rect class="median" x="{x_of(s.median) - 1.5:.1f}" y="{y - 8:.1f}" width="3" height="16" '
+                   f'fill="#e45756"><title>{escape(c.name)}: median {s.median:.1f} ms per step over {s.runs} runs, '
+                   f'{s.low:.1f}-{s.high:.1f}</title></rect>')
+        for r in c.runs:
+            if r.ms_per_step is not None:
+                svg.append(f'<circle cx="{x_of(r.ms_per_step):.1f}" cy="{y:.1f}" r="3" fill="#4c78a8" '
+                           f'fill-opacity="0.6"><title>{escape(c.name)} {escape(r.repeat)}: {r.ms_per_step:.1f} '
+                           'ms per step</title></circle>')
+    svg.append("</svg>")
+    untimed = [c.name for c in comparison.configs if c.ms_per_step is None]
+    note = f"<p>Not plotted (no timed run): {escape(', '.join(untimed))}.</p>" if untimed else ""
+    return "".join(svg) + note
+
+
+def render_html(comparison: Comparison) -> str:
+    """One self-contained page: the plot of ms per step, then the markdown report's content as HTML lists."""
+    from html import escape
+
+    v = comparison.verdict
+    rows = "".join("<tr>" + "".join(f"<td>{escape(x)}</td>" for x in _row(c, comparison)) + "</tr>"
+                   for c in comparison.configs)
+    why = "".join(f"<li><code>{escape(e.id)}</code>: {_code(e.summary)}"
+                  + (f"<ul><li><b>what to do</b>: {_code(e.remedy)}</li></ul>" if e.remedy else "") + "</li>"
+                  for e in v.explanations) or "<li>nothing to explain</li>"
+    ratios = "".join(f"<li>{escape(x)}</li>" for x in _ratio_lines(comparison))
+    same = "".join(f"<li>{escape(a)} ~ {escape(b)}</li>" for a, b in v.indistinguishable) or "<li>none</li>"
+    warnings = "".join(f"<li>{escape(w)}</li>" for w in comparison.warnings)
+    title = (f"dstrace comparison: {len(comparison.configs)} configurations, "
+             f"{sum(len(c.runs) for c in comparison.configs)} runs")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f3f3f3}}code{{background:#f3f3f3}}</style>
+</head><body>
+<h1>{escape(title)}</h1>
+<h2>ms per decode step</h2><p>Each run a dot, each configuration's median a red bar, its runs' min-max the line.</p>
+{ms_plot(comparison)}
+<h2>Why</h2><ul>{why}</ul>
+{f'<h2>Against the baseline {escape(v.baseline)}</h2><ul>{ratios}</ul>' if v.baseline and ratios else ''}
+<h2>Indistinguishable</h2><p>{escape(v.rule)}</p><ul>{same}</ul>
+<h2>Configurations</h2><table><thead><tr>{"".join(f"<th>{escape(h)}</th>" for h in HEAD)}</tr></thead>
+<tbody>{rows}</tbody></table>
+<ul>{"".join(f"<li>{escape(_details(c))}</li>" for c in comparison.configs)}</ul>
+{f'<h2>Warnings</h2><ul>{warnings}</ul>' if warnings else ''}
+<h2>Columns</h2><ul>{"".join(f"<li>{escape(x)}</li>" for x in legend(comparison))}</ul>
+</body></html>
+"""
+
+
+def _code(text: str) -> str:
+    import re
+    from html import escape
+
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+
+
 def _clean(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -143,5 +258,7 @@ def render_json(comparison: Comparison) -> str:
     return json.dumps(to_dict(comparison), indent=1) + "\n"
 
 
-def render(comparison: Comparison, fmt: str) -> str:
-    return {"json": render_json, "markdown": render_markdown}.get(fmt, render_text)(comparison)
+def render(comparison: Comparison, fmt: str, screen=None) -> str:
+    if fmt == "text":
+        return render_text(comparison, screen)
+    return {"json": render_json, "markdown": render_markdown, "html": render_html}.get(fmt, render_text)(comparison)

@@ -182,5 +182,7 @@ def main(args: argparse.Namespace) -> int:
     comparison = compare_runs([out])
     write_report(render_json(comparison), os.path.join(out, COMPARE_FILE))
     write_report(render(comparison, "markdown"), os.path.join(out, COMPARE_MARKDOWN))
-    sys.stdout.write(render(comparison, "text"))
+    from dstrace.analysis.render.terminal import screen_for
+
+    write_report(render(comparison, "text", screen_for(False)), None, escaped=True)
     return 0 if len(outcomes) == len(plan) else 1

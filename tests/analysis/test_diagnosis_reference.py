@@ -18,6 +18,7 @@ from dstrace.analysis.render import render
 from dstrace.analysis.render.common import SPAN_PARTS, rank_rows, shares, span_parts
 from dstrace.analysis.shift import SHIFT_RATIO, UNREPRESENTATIVE_RATIO
 from dstrace.analysis.steps import decode_step_ms
+from dstrace.explain import doc_link
 from dstrace.runfolder.records import read_manifest
 from tests.conftest import ROOT
 
@@ -228,9 +229,12 @@ def test_report_formats_show_cause_remedy_and_the_legend(runs):
     a = runs["tp2-ds016"]
     text, md, html = (render(a, fmt) for fmt in ("text", "markdown", "html"))
     f = by_id(a)["tp-not-applied"]
-    assert "why: " in text and "what to do: " in text and "Columns" in text and "busbw w/o wait:" in text
-    assert f"  - why: {f.cause}" in md and "[docs/root-cause.md" in md and "<summary>Columns</summary>" in md
-    assert "<b>why</b>" in html and 'href="docs/root-cause.md' in html and "<dt>busbw w/o wait</dt>" in html
+    assert "why: " in text and "what to do: " in text and "Terms used above" in text
+    assert re.search(r"^  busbw w/o wait  +the same over transfer time", text, re.M)
+    link = doc_link(f.docs)
+    assert f"  - why: {f.cause}" in md and f"[docs/root-cause.md#1-the-mechanism]({link})" in md
+    assert "<summary>Columns</summary>" in md
+    assert "<b>why</b>" in html and f'href="{link}"' in html and "<dt>busbw w/o wait</dt>" in html
 
 
 def test_root_cause_table_is_what_the_committed_traces_say():

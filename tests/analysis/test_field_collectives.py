@@ -180,8 +180,8 @@ def test_hta_breakdown_says_which_of_its_compute_is_deepep_communication(tmp_pat
 
     Before: the report printed "compute 82.5%" (all of the busy time) with no word that 2.25 ms of it is
     DeepEP communication, and the JSON's top kernels called DeepEP's kernels COMPUTATION unlabelled."""
-    from dstrace.analysis.render.json import render_json
-    from dstrace.analysis.render.text import render_text
+    from dstrace.analysis.render import render
+    from dstrace.analysis.render.terminal import Screen
 
     deepep_twin(tmp_path, gemm=False)
     a = analyze_dir(tmp_path)
@@ -191,11 +191,11 @@ def test_hta_breakdown_says_which_of_its_compute_is_deepep_communication(tmp_pat
     assert t["communication_in_compute_us"] == {"DeepEP": pytest.approx(3 * 750.0)}
     labelled = {k["name"]: k.get("communication_library") for k in a.ranks[0].hta["top_kernels"]}
     assert labelled[DEEPEP["combine"]] == "DeepEP" and labelled[DEEPEP["layout"]] is None
-    line = next(x for x in render_text(a).splitlines() if x.startswith("  rank 0: HTA's own idle"))
-    compute = f"compute {t['compute_pct']:.1f}%"
+    text = " ".join(render(a, "text", Screen(verbose=True)).split())  # --verbose shows HTA's; lines wrap
+    compute = f"rank 0: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
     assert (f"{compute} (it includes 2.25 ms of DeepEP communication kernels ({2250 / t['span_us']:.1%} of the "
-            "span), which HTA types as computation)") in line, line
-    doc = json.loads(render_json(a))
+            "span), which HTA types as computation)") in text, text
+    doc = json.loads(render(a, "json"))
     assert doc["ranks"]["0"]["hta"]["temporal"]["communication_in_compute_us"]["DeepEP"] == pytest.approx(2250.0)
 
 

@@ -47,7 +47,7 @@ def test_json_schema(full_run, capsys):
 def test_text_is_default_and_leads_with_findings(full_run, capsys):
     run_main([str(full_run)])
     out = capsys.readouterr().out
-    assert out.index("Findings") < out.index("Time per rank")
+    assert out.index("Verdict") < out.index("Time per rank")
     assert re.search(r"^  \[peer-wait\] ranks? [0-9, ]+: rank 0 waits", out, re.M)
 
 

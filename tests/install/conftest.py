@@ -44,7 +44,7 @@ def wheel(tmp_path_factory) -> str:
         shutil.copy(os.path.join(ROOT, name), source / name)
     r = pip(sys.executable, "wheel", "--no-deps", "-q", "-w", str(out), str(source))
     assert r.returncode == 0, r.stderr[-3000:]
-    (path,) = glob.glob(str(out / "dstrace-*.whl"))
+    (path,) = glob.glob(str(out / "dstrace_profiler-*.whl"))
     return path
 
 

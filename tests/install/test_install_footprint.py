@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 
 from tests.conftest import dstrace, era_python, manifests
@@ -41,7 +42,7 @@ def test_pip_install_into_a_job_environment_of_the_report_era_keeps_its_librarie
     r = pip(python, "install", "-q", wheel)
     assert r.returncode == 0, r.stderr[-3000:]
     after = packages(python)
-    assert "dstrace" in after
+    assert "dstrace-profiler" in after
     assert {name: after.get(name) for name in WORKLOADS} == {name: before[name] for name in WORKLOADS}
     r = subprocess.run([python, "-m", "dstrace.cli", "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("dstrace "), r.stderr
@@ -52,3 +53,27 @@ def test_pip_install_into_a_job_environment_of_the_report_era_keeps_its_librarie
     assert r.stdout.strip().splitlines()[-1] == "0.16.1"
     (m,) = manifests(run_dir).values()
     assert (m["versions"]["deepspeed"], m["versions"]["transformers"]) == ("0.16.1", before["transformers"])
+
+
+def test_the_wheel_ships_the_docs_its_findings_point_to_and_a_project_url(wheel, tmp_path):
+    """Unpacked as pip installs it (a pure-Python wheel): `dstrace explain` there prints the page from the
+    wheel and links it under the Documentation URL of the wheel's own metadata."""
+    from dstrace.analysis.findings import DOCS
+
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path / "site")
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+    (url,) = [line.split(",", 1)[1].strip() for line in text.splitlines()
+              if line.startswith("Project-URL: Documentation,")]
+    assert {d.split("#")[0].removeprefix("docs/") for d in DOCS.values()} <= set(os.listdir(tmp_path / "site" /
+                                                                                            "dstrace" / "docs"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    r = subprocess.run([sys.executable, "-m", "dstrace.cli", "explain", "peer-wait"], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == f"peer-wait: {url}/analysis-schema.md#cross-rank-alignment"
+    assert "## Cross-rank alignment" in r.stdout
+    r = subprocess.run([sys.executable, "-c", "from dstrace.explain import shipped_doc; print(shipped_doc('x.md'))"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.stdout.strip() == str(tmp_path / "site" / "dstrace" / "docs" / "x.md"), "the docs read are the wheel's"

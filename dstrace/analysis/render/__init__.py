@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
+from dstrace.analysis.render.terminal import Screen
 
 
-def render(analysis: Analysis, fmt: str) -> str:
+def render(analysis: Analysis, fmt: str, screen: Screen | None = None) -> str:
+    """The report in `fmt`; the text one laid out for `screen` (default: 100 plain columns)."""
     if fmt == "json":
         from dstrace.analysis.render.json import render_json as fn
     elif fmt == "markdown":
@@ -12,5 +14,7 @@ def render(analysis: Analysis, fmt: str) -> str:
     elif fmt == "html":
         from dstrace.analysis.render.html import render_html as fn
     else:
-        from dstrace.analysis.render.text import render_text as fn
+        from dstrace.analysis.render.text import render_text
+
+        return render_text(analysis, screen)
     return fn(analysis)

@@ -75,7 +75,55 @@ LEGEND = (
               "comparable with the link's bandwidth, but lowered by any waiting"),
     ("busbw w/o wait", "the same over transfer time only: what the link did once everyone had arrived"),
 )
-"""What each column of the reports means; every renderer prints it."""
+"""What each column of the reports means, for GPU traces."""
+
+HOST_LEGEND = dict(LEGEND) | {
+    "span": "the extent of the rank's steps in the profiled window on its host timeline (traces without steps: of "
+            "all its events); the columns after it split it into parts that add up to 100%",
+    "compute": "time any outermost CPU op other than a collective runs",
+    "transfer": "collective op time (gloo, c10d), not overlapped by compute, after every rank of the group "
+                "arrived: data moving",
+    "wait for peers": "collective op time, not overlapped by compute, before the last rank of the group arrived: "
+                      "the op waits, no data moves",
+    "other busy": "other host work counted as busy",
+    "idle": "no CPU op runs on the rank's traced threads (Python, the framework and the launcher between ops)",
+    "time / wait / transfer": "a collective kind's summed op time, split as above (overlap with compute included)",
+    "algbw": "bytes / op time, wait included (nccl-tests' algorithm bandwidth, GB = 1e9 B)",
+}
+"""The same terms for CPU-only and host-only traces, where every time is a host time."""
+
+
+def legend(a: Analysis, terms: set[str] | None = None) -> list[tuple[str, str]]:
+    """(term, meaning) in the words of the run's trace kind; only `terms` when given (those a report used)."""
+    words = dict(LEGEND) if a.device == "gpu" else HOST_LEGEND
+    return [(t, m) for t, m in words.items() if terms is None or t in terms]
+
+
+def shown_parts(a: Analysis, every: bool = False) -> tuple[str, ...]:
+    """The span parts a table shows: every part, or those some rank spent time in."""
+    if every:
+        return SPAN_PARTS
+    spent = {k for s in a.ranks.values() for k, v in span_parts(s).items() if v > 0}
+    return tuple(k for k in SPAN_PARTS if k in spent) or SPAN_PARTS
+
+
+def evidence_line(f: Finding) -> str | None:
+    """The finding's evidence as one line: its plain numbers (thresholds left out), or those of the first
+    entry of its first per-rank / per-call table when it has no plain number."""
+    def plain(items) -> list[tuple[str, object]]:
+        return [(k, v) for k, v in items if isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                and not str(k).startswith("threshold")]
+
+    def fmt(v) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    items, prefix = plain(f.evidence.items()), ""
+    if not items:
+        for key, table in f.evidence.items():
+            if isinstance(table, dict) and table and isinstance(first := next(iter(table.values())), dict):
+                items, prefix = plain(first.items()), f"{key} {next(iter(table))}: "
+                break
+    return prefix + ", ".join(f"{k} {fmt(v)}" for k, v in items) if items else None
 
 
 def span_parts(s) -> dict[str, float]:
@@ -102,15 +150,15 @@ def shares(parts: dict[str, float]) -> dict[str, int]:
     return out
 
 
-def rank_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
-    head = ["rank", "span", *SPAN_PARTS, "waited for"]
+def rank_rows(a: Analysis, parts_shown: tuple[str, ...] = SPAN_PARTS) -> tuple[list[str], list[list[str]]]:
+    head = ["rank", "span", *parts_shown, "waited for"]
     rows = []
     for r, s in sorted(a.ranks.items()):
         peer = ", ".join(f"r{p} {ms(w)}" for p, w in sorted(s.waited_for.items(), key=lambda kv: -kv[1])[:2]) or "-"
         parts = span_parts(s)
         share = shares(parts)
         rows.append([str(r), ms(s.span_us)] + [ms(parts[k]) + ("" if s.sparse else f" ({share[k]}%)")
-                                                for k in SPAN_PARTS] + [peer])
+                                                for k in parts_shown] + [peer])
     return head, rows
 
 

@@ -5,10 +5,12 @@ No script, no CDN, no network: the file opens anywhere and can be attached to an
 from __future__ import annotations
 
 import html
+import re
 
 from dstrace.analysis.model import Analysis
+from dstrace.explain import doc_link
 from dstrace.analysis.render.common import (
-    LEGEND, SPAN_PARTS, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, span_parts, step_time_line,
+    SPAN_PARTS, legend, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, span_parts, step_time_line,
     steps_line,
 )
 
@@ -21,6 +23,11 @@ MAX_POINTS = 4000
 
 def _esc(x) -> str:
     return html.escape(str(x))
+
+
+def _prose(x) -> str:
+    """A sentence of a finding: escaped, its `code` spans shown as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _esc(x))
 
 
 def time_bars(a: Analysis) -> str:
@@ -84,6 +91,106 @@ def wait_scatter(a: Analysis) -> str:
     return "".join(parts)
 
 
+MAX_PLOTTED_CALLS = 8
+MAX_PLOTTED_RANKS = 16
+KIND_SHAPES = ("circle", "square", "diamond", "triangle")
+
+
+def _shifts(a: Analysis) -> dict[int, int]:
+    """call -> first step of the new level, from the step-time-shift finding."""
+    f = next((f for f in a.findings if f.id == "step-time-shift"), None)
+    calls = (f.evidence.get("calls") or {}) if f else {}
+    return {int(c): int(e["start"]) for c, e in calls.items() if isinstance(e, dict) and "start" in e}
+
+
+def _marker(kind_index: int, x: float, y: float, color: str, title: str) -> str:
+    shape = KIND_SHAPES[kind_index % len(KIND_SHAPES)]
+    tip = f"<title>{_esc(title)}</title>"
+    if shape == "square":
+        return f'<rect x="{x - 3:.1f}" y="{y - 3:.1f}" width="6" height="6" fill="{color}">{tip}</rect>'
+    if shape == "diamond":
+        return (f'<polygon points="{x:.1f},{y - 4:.1f} {x + 4:.1f},{y:.1f} {x:.1f},{y + 4:.1f} {x - 4:.1f},{y:.1f}" '
+                f'fill="{color}">{tip}</polygon>')
+    if shape == "triangle":
+        return (f'<polygon points="{x:.1f},{y - 4:.1f} {x + 4:.1f},{y + 3:.1f} {x - 4:.1f},{y + 3:.1f}" '
+                f'fill="{color}">{tip}</polygon>')
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}">{tip}</circle>'
+
+
+def step_plot(a: Analysis, call: int) -> str:
+    """One call's decode-step times per rank (the prefill, step 0, left out: it is of another scale), the
+    profiled steps shaded between the profiler's start and stop, and the step where the time shifts."""
+    series = [s for s in a.step_series if s.call == call][:MAX_PLOTTED_RANKS]
+    width, height, left, bottom, top = 640, 200, 60, 34, 18
+    last = max(len(s.step_ms) for s in series) - 1
+    ymax = max(max(s.step_ms[1:]) for s in series) * 1.05 or 1.0
+    kinds = sorted({k for s in series for k in s.kinds[1:]})
+
+    def x_of(step: float) -> float:
+        return left + width * (step - 0.5) / max(last, 1)
+
+    def y_of(ms: float) -> float:
+        return top + height - height * ms / ymax
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 30}" height="{height + top + bottom + 26}" '
+           f'role="img" class="step-plot" data-call="{call}"><title>call {call}: ms per decode step per rank</title>',
+           f'<line x1="{left}" y1="{top + height}" x2="{left + width}" y2="{top + height}" stroke="#333"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + height}" stroke="#333"/>',
+           f'<text x="0" y="{top + 4}" font-size="11">{ymax:.1f} ms</text>',
+           f'<text x="0" y="{top + height}" font-size="11">0 ms</text>',
+           f'<text x="{left}" y="{top + height + 16}" font-size="11">step 1</text>',
+           f'<text x="{left + width - 50}" y="{top + height + 16}" font-size="11">step {last}</text>']
+    profiled = sorted({p for s in series for p in s.profiled if p >= 1})
+    if profiled:
+        x0, x1 = x_of(profiled[0] - 0.5), x_of(profiled[-1] + 0.5)
+        svg.append(f'<rect class="profiled" x="{x0:.1f}" y="{top}" width="{x1 - x0:.1f}" height="{height}" '
+                   f'fill="#4c78a8" fill-opacity="0.12"><title>profiled steps {profiled[0]}-{profiled[-1]}</title>'
+                   '</rect>')
+        for x in (x0, x1):
+            svg.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + height}" stroke="#4c78a8" '
+                       f'stroke-dasharray="3,3"/>')
+        svg.append(f'<text x="{x0:.1f}" y="{top - 4}" font-size="11" fill="#4c78a8">profiled: steps {profiled[0]}-'
+                   f'{profiled[-1]} (the profiler starts before the first and stops after the last)</text>')
+    shift = _shifts(a).get(call)
+    if shift:
+        x = x_of(shift - 0.5)
+        svg.append(f'<line class="shift" x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + height}" stroke="#e45756" '
+                   f'stroke-width="2"><title>step time shifts from step {shift} on</title></line>'
+                   f'<text x="{x + 4:.1f}" y="{top + 12}" font-size="11" fill="#e45756">shift at step {shift}</text>')
+    for j, s in enumerate(series):
+        color = RANK_COLORS[j % len(RANK_COLORS)]
+        points = [(i, ms) for i, ms in enumerate(s.step_ms) if i >= 1]
+        svg.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="'
+                   + " ".join(f"{x_of(i):.1f},{y_of(ms):.1f}" for i, ms in points) + '"/>')
+        for i, ms in points:
+            kind = s.kinds[i] if i < len(s.kinds) else None
+            title = f"rank {s.rank} step {i}: {ms:.1f} ms" + (f" ({kind})" if kind else "")
+            svg.append(_marker(kinds.index(kind) if kind in kinds else 0, x_of(i), y_of(ms), color, title))
+    ly = top + height + bottom
+    for j, s in enumerate(series):
+        svg.append(f'<circle cx="{left + 8 + j * 70}" cy="{ly - 4}" r="5" fill="{RANK_COLORS[j % len(RANK_COLORS)]}"/>'
+                   f'<text x="{left + 16 + j * 70}" y="{ly}" font-size="12">rank {s.rank}</text>')
+    for j, kind in enumerate(kinds):
+        svg.append(_marker(j, left + 8 + j * 110, ly + 18, "#555", kind)
+                   + f'<text x="{left + 16 + j * 110}" y="{ly + 22}" font-size="12">{_esc(kind)}</text>')
+    svg.append("</svg>")
+    return "".join(svg)
+
+
+def step_plots(a: Analysis) -> str:
+    calls = sorted({s.call for s in a.step_series})
+    if not calls:
+        return ""
+    plots = "".join(f"<h3>call {c}</h3>{step_plot(a, c)}" for c in calls[:MAX_PLOTTED_CALLS])
+    more = (f"<p>{len(calls) - MAX_PLOTTED_CALLS} more calls not plotted.</p>" if len(calls) > MAX_PLOTTED_CALLS
+            else "")
+    ranks = len({s.rank for s in a.step_series})
+    if ranks > MAX_PLOTTED_RANKS:
+        more += f"<p>The first {MAX_PLOTTED_RANKS} of {ranks} ranks are plotted.</p>"
+    return ("<h2>Step times per call and rank</h2><p>Each decode step's time as the manifests recorded it "
+            "(step 0, the prefill, left out); the shaded steps are those the profiler recorded.</p>" + plots + more)
+
+
 def _table(head, rows) -> str:
     th = "".join(f"<th>{_esc(h)}</th>" for h in head)
     trs = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>" for r in rows)
@@ -91,10 +198,10 @@ def _table(head, rows) -> str:
 
 
 def _finding(f) -> str:
-    details = "".join(f"<li><b>{_esc(label)}</b>: " + (f'<a href="{_esc(text)}">{_esc(text)}</a>' if label == "docs"
-                                                       else _esc(text)) + "</li>"
+    details = "".join(f"<li><b>{_esc(label)}</b>: " + (f'<a href="{_esc(doc_link(text))}">{_esc(text)}</a>'
+                                                       if label == "docs" else _prose(text)) + "</li>"
                       for label, text in finding_details(f))
-    return (f"<li><code>{_esc(f.id)}</code> ({_esc(ranks_of(f))}): {_esc(f.summary)}"
+    return (f"<li><code>{_esc(f.id)}</code> ({_esc(ranks_of(f))}): {_prose(f.summary)}"
             + (f"<ul>{details}</ul>" if details else "") + "</li>")
 
 
@@ -113,10 +220,11 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f
 <p>{_esc(a.trace_dir)}: {_esc(ranks_line(a))}</p>
 {f'<p>{_esc(line)}</p>' if line else ''}
 <h2>Findings</h2><ul>{findings}</ul>
+{step_plots(a)}
 <h2>Time per rank (shares of the span)</h2>{time_bars(a)}{_table(*rank_rows(a))}
 <h2>Collective waits over time</h2>{wait_scatter(a)}
 {('<h2>Collectives</h2>' + _table(head, rows)) if rows else ''}
 {extra}
-<h2>Columns</h2><dl>{"".join(f"<dt>{_esc(t)}</dt><dd>{_esc(m)}</dd>" for t, m in LEGEND)}</dl>
+<h2>Columns</h2><dl>{"".join(f"<dt>{_esc(t)}</dt><dd>{_esc(m)}</dd>" for t, m in legend(a))}</dl>
 </body></html>
 """

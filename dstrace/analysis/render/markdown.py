@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis
+from dstrace.explain import doc_link
 from dstrace.say import md_inline
 from dstrace.analysis.render.common import (
-    LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
+    collective_rows, legend, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
 )
 
 
@@ -25,7 +26,7 @@ def render_markdown(a: Analysis) -> str:
     out += ["", "### Findings", ""]
     for f in a.findings:
         out.append(f"- **`{f.id}`** ({ranks_of(f)}): {md_inline(f.summary)}")
-        out += [f"  - {label}: " + (f"[{text}]({text})" if label == "docs" else md_inline(text))
+        out += [f"  - {label}: " + (f"[{md_inline(text)}]({doc_link(text)})" if label == "docs" else md_inline(text))
                 for label, text in finding_details(f)]
     if not a.findings:
         out.append("- none")
@@ -38,7 +39,7 @@ def render_markdown(a: Analysis) -> str:
         if items:
             out += ["", f"### {label}", ""] + [f"- {md_inline(x)}" for x in items]
     if a.ranks:
-        out += ["", "<details><summary>Columns</summary>", ""] + [f"- **{t}**: {m}" for t, m in LEGEND] \
+        out += ["", "<details><summary>Columns</summary>", ""] + [f"- **{t}**: {m}" for t, m in legend(a)] \
             + ["", "</details>"]
     out += ["", "<sub>dstrace.analysis/1; the JSON (`--format json`) holds every number and each finding's evidence.</sub>"]
     return "\n".join(out) + "\n"

@@ -1,73 +1,179 @@
-"""The terminal report: findings first, then the numbers behind them."""
+"""The terminal report: the verdict first (each finding's cause, remedy and one line of its evidence), then
+the numbers behind it, then what the terms it used mean. `--verbose` adds HTA's breakdown, the clock
+alignment, every span part and every term. Laid out by rich for the screen it goes to (`terminal`)."""
 from __future__ import annotations
 
-import textwrap
+from rich import box
+from rich.table import Table
+from rich.text import Text
 
-from dstrace.analysis.model import Analysis
-from dstrace.say import one_line
+from dstrace.analysis.model import Analysis, Finding
 from dstrace.analysis.render.common import (
-    LEGEND, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line, time_scope,
+    collective_rows, evidence_line, finding_details, legend, rank_rows, ranks_line, ranks_of, shown_parts,
+    step_time_line, steps_line, time_scope,
 )
+from dstrace.analysis.render.terminal import Screen, capture
+from dstrace.explain import doc_link
+from dstrace.say import one_line
 
-WIDTH = 120
-
-
-def table(head: list[str], rows: list[list[str]]) -> list[str]:
-    head, rows = [one_line(x) for x in head], [[one_line(x) for x in r] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows]
+INDENT = 2
+COLLECTIVE_TERMS = {"time / wait / transfer", "algbw", "busbw", "busbw w/o wait", "split withheld"}
 
 
-def render_text(a: Analysis) -> str:
-    out = [f"dstrace analysis of {one_line(a.trace_dir)}", one_line(ranks_line(a)), ""]
-    out.append("Findings")
-    if not a.findings:
-        out.append("  none: no finding's evidence holds in these traces")
-    for f in a.findings:
-        out.append(f"  [{f.id}] {ranks_of(f)}: {one_line(f.summary)}")
-        for label, text in finding_details(f):
-            out += textwrap.wrap(f"{label}: {one_line(text)}", WIDTH, initial_indent="      ", subsequent_indent="        ")
-    out.append("")
-    lines = [x for x in (step_time_line(a), steps_line(a)) if x]
-    if lines:
-        out += ["Steps"] + [f"  {one_line(x)}" for x in lines] + [""]
-    if a.ranks:
-        out += [f"Time per rank ({time_scope(a)}): shares of the span"]
-        out += ["  " + x for x in table(*rank_rows(a))]
-    head, rows = collective_rows(a)
-    if rows:
-        out += ["", "Collectives"] + ["  " + x for x in table(head, rows)]
-    hta_lines = []
+def plain(text: str, style: str = "") -> Text:
+    """An untrusted value as rich text: one line, control characters escaped, never read as markup."""
+    return Text(one_line(text), style=style)
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def units_in_head(head: list[str], rows: list[list[str]], unit: str = " ms") -> tuple[list[str], list[list[str]]]:
+    """A column whose every value is in ms says so once, in its header: narrower columns, same numbers."""
+    head, rows = list(head), [list(r) for r in rows]
+    for i in range(len(head)):
+        values = [r[i] for r in rows if r[i] != "-"]
+        if values and all(v.endswith(unit) and _number(v.removesuffix(unit)) for v in values):
+            head[i] += unit
+            for r in rows:
+                r[i] = r[i].removesuffix(unit)
+    return head, rows
+
+
+def shares_only(rows: list[list[str]], first: int, last: int) -> list[list[str]]:
+    """`22.37 ms (2%)` -> `2%` in columns first..last-1: the default table shows the shares, --verbose both."""
+    return [r[:first] + [c.rsplit("(", 1)[-1].rstrip(")") if "(" in c else c for c in r[first:last]] + r[last:]
+            for r in rows]
+
+
+def table(head: list[str], rows: list[list[str]], keys: int = 2) -> Table:
+    """The first `keys` columns name the row (never wrapped); the others are numbers, right-aligned."""
+    head, rows = units_in_head(head, rows)
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for i, h in enumerate(head):
+        t.add_column(plain(h), justify="left" if i < keys else "right", no_wrap=i < keys, overflow="fold")
+    for r in rows:
+        t.add_row(*(plain(c) for c in r))
+    return t
+
+
+def labelled(label: str, text: str, style: str = "") -> Text:
+    line = Text(f"{label}: ", style="bold")
+    line.append_text(plain(text, style))
+    return line
+
+
+def _finding(console, f: Finding, verbose: bool) -> None:
+    from rich.padding import Padding
+
+    head = Text(f"[{f.id}] ", style="bold yellow")
+    head.append(f"{ranks_of(f)}: ", style="bold")
+    head.append_text(plain(f.summary))
+    console.print(Padding(head, (0, 0, 0, INDENT)))
+    lines = [labelled(label, f"dstrace explain {f.id}, or {doc_link(text)}" if label == "docs" else text,
+                      "cyan" if label == "docs" else "")
+             for label, text in finding_details(f)]
+    evidence = evidence_line(f)
+    if evidence:
+        line = labelled("evidence", evidence, "dim")
+        if not verbose:
+            line.no_wrap, line.overflow = True, "ellipsis"
+        lines.insert(2, line)
+    for line in lines:
+        console.print(Padding(line, (0, 0, 0, INDENT + 4)))
+
+
+def _hta_lines(a: Analysis) -> list[str]:
+    out = []
     for r, s in sorted(a.ranks.items()):
         t = s.hta.get("temporal")
         if t:
-            causes = ", ".join(f"{one_line(k)} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
+            causes = ", ".join(f"{k} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
             overlap = s.hta.get("comm_comp_overlap_pct")
-            hta_lines.append(f"  rank {r}: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
-                             + _communication_in_compute(t) + f", non-compute {t['non_compute_pct']:.1f}%"
-                             + (f", comm/compute overlap {overlap:.1f}%" if overlap is not None else "")
-                             + (f"; HTA's idle causes (summed over streams, not a share of the GPU's idle): {causes}"
-                                if causes else ""))
+            out.append(f"rank {r}: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
+                       + _communication_in_compute(t) + f", non-compute {t['non_compute_pct']:.1f}%"
+                       + (f", comm/compute overlap {overlap:.1f}%" if overlap is not None else "")
+                       + (f"; HTA's idle causes (summed over streams, not a share of the GPU's idle): {causes}"
+                          if causes else ""))
         where = s.host_time.get("in_dstrace_ranges") or {}
         if where:
-            hta_lines.append(f"  rank {r}: host during GPU idle: "
-                             + ", ".join(f"{one_line(k)} {v / 1e3:.2f} ms" for k, v in where.items()))
-    if hta_lines:
-        out += ["", "HTA breakdown (HTA's own measure: every GPU event with a stream, timestamps cut to whole "
-                    "microseconds; the idle in the table above is dstrace's, over kernels, copies and memsets)"] + hta_lines
-    applied = {r: o for r, o in a.clock.items() if o.applied}
-    if applied:
-        out += ["", "Clock alignment (on ends of matched collectives)"]
-        out += [f"  rank {r}: offset {o.offset_us:+.1f} us vs rank {o.via}, residual {o.residual_us or 0:.1f} us over {o.matched} collectives"
-                for r, o in sorted(applied.items())]
-    for label, items in (("Notes", a.notes), ("Warnings", a.warnings)):
-        if items:
-            out += ["", label] + [f"  {one_line(x)}" for x in items]
+            out.append(f"rank {r}: host during GPU idle: " + ", ".join(f"{k} {v / 1e3:.2f} ms"
+                                                                        for k, v in where.items()))
+    return out
+
+
+def draw(console, a: Analysis, verbose: bool) -> None:
+    from rich.padding import Padding
+
+    def heading(title: str) -> None:
+        console.print()
+        console.print(Text(title, style="bold underline"))
+
+    def items(lines: list[str], style: str = "") -> None:
+        for x in lines:
+            console.print(Padding(plain(x, style), (0, 0, 0, INDENT)))
+
+    console.print(plain(f"dstrace analysis of {a.trace_dir}", "bold"))
+    console.print(plain(ranks_line(a)))
+    heading("Verdict")
+    if not a.findings:
+        items(["none: no finding's evidence holds in these traces"])
+    for f in a.findings:
+        _finding(console, f, verbose)
+    terms: set[str] = set()
+    lines = [x for x in (step_time_line(a), steps_line(a)) if x]
+    if lines:
+        heading("Steps")
+        items(lines)
     if a.ranks:
-        out += ["", "Columns"] + [y for term, meaning in LEGEND for y in textwrap.wrap(
-            f"{term}: {meaning}", WIDTH, initial_indent="  ", subsequent_indent="    ")]
-    return "\n".join(out) + "\n"
+        parts = shown_parts(a, every=verbose)
+        heading(f"Time per rank ({time_scope(a)}): shares of the span" + ("" if verbose else " (ms: --verbose)"))
+        head, rows = rank_rows(a, parts)
+        if not verbose:
+            rows = shares_only(rows, 2, 2 + len(parts))
+        console.print(Padding(table(head, rows, keys=1), (0, 0, 0, INDENT)))
+        terms |= {"span", "waited for", *parts}
+    head, rows = collective_rows(a)
+    if rows:
+        heading("Collectives")
+        console.print(Padding(table(head, rows), (0, 0, 0, INDENT)))
+        terms |= COLLECTIVE_TERMS & ({"time / wait / transfer", "algbw", "busbw", "busbw w/o wait"} | set(head))
+    if verbose and (hta := _hta_lines(a)):
+        heading("HTA breakdown (HTA's own measure: every GPU event with a stream, timestamps cut to whole "
+                "microseconds; the idle in the table above is dstrace's, over kernels, copies and memsets)")
+        items(hta)
+    applied = {r: o for r, o in a.clock.items() if o.applied}
+    if verbose and applied:
+        heading("Clock alignment (on ends of matched collectives)")
+        items([f"rank {r}: offset {o.offset_us:+.1f} us vs rank {o.via}, residual {o.residual_us or 0:.1f} us over "
+               f"{o.matched} collectives" for r, o in sorted(applied.items())])
+    for label, found, style in (("Notes", a.notes, ""), ("Warnings", a.warnings, "yellow")):
+        if found:
+            heading(label)
+            items(found, style)
+    if a.ranks:
+        heading("Terms" if verbose else "Terms used above")
+        console.print(Padding(terms_grid(legend(a, None if verbose else terms)), (0, 0, 0, INDENT)))
+
+
+def terms_grid(pairs: list[tuple[str, str]]) -> Table:
+    """Term | meaning, the meaning wrapped within its own column."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    for term, meaning in pairs:
+        grid.add_row(term, meaning)
+    return grid
+
+
+def render_text(a: Analysis, screen: Screen | None = None) -> str:
+    screen = screen or Screen()
+    return capture(screen, lambda console: draw(console, a, screen.verbose))
 
 
 def _communication_in_compute(temporal: dict) -> str:
@@ -77,6 +183,6 @@ def _communication_in_compute(temporal: dict) -> str:
     span = temporal.get("span_us") or 0.0
     if not typed or not span > 0:
         return ""
-    parts = " and ".join(f"{us / 1e3:.2f} ms of {one_line(lib)} communication kernels ({us / span:.1%} of the span)"
+    parts = " and ".join(f"{us / 1e3:.2f} ms of {lib} communication kernels ({us / span:.1%} of the span)"
                          for lib, us in sorted(typed.items()))
     return f" (it includes {parts}, which HTA types as computation)"

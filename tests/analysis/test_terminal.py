@@ -1,0 +1,134 @@
+"""The text reports where people read them: a real pseudo-terminal of 80 or 100 columns, a pipe, NO_COLOR.
+
+Each report is printed by the `dstrace` command itself (a child process on a pty, or with a pipe for its
+stdout), so what is measured is what a terminal would show.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+import synthetic
+from dstrace.analysis.render.common import LEGEND
+from tests.conftest import ROOT, cpu_env
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+TERM = re.compile(r"^  (\S(?:\S| (?! ))*)  ", re.M)
+"""A term of the legend: its own line's first cell (its meaning follows, wrapped in a column of its own)."""
+SWEEP = os.path.join(ROOT, "traces", "h200-sweep-qwen2-1.5b")
+
+
+def env_for(**extra) -> dict:
+    env = cpu_env(TERM="xterm-256color", **extra)
+    if "NO_COLOR" not in extra:
+        env.pop("NO_COLOR", None)
+    return env
+
+
+def in_terminal(args: list[str], columns: int, **env) -> str:
+    """What `dstrace ARGS` writes to a terminal `columns` wide (stderr left out)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "dstrace.cli", *args], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=subprocess.DEVNULL, env=env_for(**env), cwd=ROOT)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=300) == 0
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def piped(args: list[str], **env) -> str:
+    r = subprocess.run([sys.executable, "-m", "dstrace.cli", *args], capture_output=True, text=True,
+                       env=env_for(**env), cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def widest(text: str) -> int:
+    return max(len(ANSI.sub("", line)) for line in text.splitlines())
+
+
+@pytest.fixture
+def full_run(zero3_dir):
+    for r in range(2):
+        synthetic.write_manifest(str(zero3_dir), r, tp_request=2)
+    synthetic.write_run_record(str(zero3_dir))
+    return str(zero3_dir)
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_a_terminal_gets_its_width_and_colour(full_run, columns):
+    out = in_terminal(["analyze", full_run], columns)
+    assert ANSI.search(out), "colour on a terminal"
+    assert columns - 15 < widest(out) <= columns
+
+
+def test_no_color_turns_colour_off_on_a_terminal(full_run):
+    out = in_terminal(["analyze", full_run], 80, NO_COLOR="1")
+    assert "\x1b" not in out and widest(out) <= 80
+
+
+def test_a_pipe_gets_100_plain_columns(full_run):
+    out = piped(["analyze", full_run])
+    assert "\x1b" not in out
+    assert 85 < widest(out) <= 100
+
+
+def test_the_verdict_comes_first_with_cause_remedy_and_evidence(full_run):
+    out = piped(["analyze", full_run])
+    sections = re.findall(r"^(\S[^\n]*)$", out, re.M)
+    assert sections[2] == "Verdict", sections
+    verdict = out[out.index("Verdict"):out.index("\nSteps")]
+    found = re.findall(r"^  \[([a-z0-9-]+)\]", verdict, re.M)
+    assert {"tp-not-applied", "peer-wait"} <= set(found)
+    for label in ("why", "what to do", "evidence", "docs"):
+        assert len(re.findall(rf"^      {label}: ", verdict, re.M)) == len(found), label
+    assert all(len(line) <= 100 for line in re.findall(r"^      evidence: .*$", verdict, re.M))
+    assert all(f"docs: dstrace explain {name}, or" in verdict for name in found)
+
+
+def test_terms_are_those_the_report_used_and_verbose_gives_all(full_run):
+    out = piped(["analyze", full_run])
+    body, terms = out.split("\nTerms used above\n")
+    listed = TERM.findall(terms)
+    words = set(body.split())  # a header may wrap over lines: its words are in the body all the same
+    assert listed and all(set(t.replace(" / ", " ").split()) <= words for t in listed), listed
+    shown = {t for t, _ in LEGEND if t in body}
+    assert len(listed) < len(LEGEND) or shown == {t for t, _ in LEGEND}
+    verbose = piped(["analyze", "--verbose", full_run])
+    every = TERM.findall(verbose.split("\nTerms\n")[1])
+    assert every == [t for t, _ in LEGEND]
+    assert "HTA breakdown" in verbose or "HTA breakdown" not in out
+
+
+def test_cpu_traces_get_the_terms_in_host_words(gloo_run_dir):
+    out = piped(["analyze", str(gloo_run_dir)])
+    terms = out.split("\nTerms used above\n")[1]
+    assert "CPU op" in terms and "GPU" not in terms and "kernel" not in terms
+
+
+def test_compare_fits_80_columns_and_a_pipe(tmp_path):
+    runs = shutil.copytree(SWEEP, tmp_path / "sweep")
+    out = in_terminal(["compare", str(runs)], 80)
+    assert ANSI.search(out) and widest(out) <= 80
+    plain = piped(["compare", str(runs)])
+    assert "\x1b" not in plain and widest(plain) <= 100
+    assert plain.index("Why") < plain.index("Configurations: time")
