@@ -21,8 +21,9 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     if device == "none":
         notes.append("no traces were recorded: findings come from the dstrace manifests only")
     elif device == "cpu":
-        notes.append("no GPU kernels in any trace: analyzed the CPU-side collective ops (gloo / c10d) instead; "
-                     "all times are host times and HTA's GPU breakdowns do not apply")
+        notes.append(_nccl_without_gpu_note(run) or (
+            "no GPU kernels in any trace: analyzed the CPU-side collective ops (gloo / c10d) instead; "
+            "all times are host times and HTA's GPU breakdowns do not apply"))
     elif device == "gpu":
         for r, t in sorted(run.traces.items()):
             if not t.has_gpu:
@@ -129,6 +130,25 @@ def _trace_pointers(run: LoadedRun, found: list) -> list[str]:
             more = f" and {len(f.ranks) - len(named)} more" if len(f.ranks) > len(named) else ""
             out.append(f"{f.id}: full traces in {run.trace_dir}: " + "; ".join(named) + more)
     return out
+
+
+def _nccl_without_gpu_note(run: LoadedRun) -> str | None:
+    """A trace without GPU activity whose host enqueued NCCL calls is a GPU job profiled without its GPU: say
+    so, and that its communication ran outside the trace."""
+    calls: dict[str, list[int]] = {}
+    for t in run.traces.values():
+        for kind, c in t.reduced.nccl_host_calls.items():
+            counted = calls.setdefault(kind, [0, 0])
+            counted[0] += int(c["count"])
+            counted[1] += int(c["bytes"])
+    if not calls:
+        return None
+    ranks = {r for r, t in run.traces.items() if t.reduced.nccl_host_calls}
+    listed = ", ".join(f"{n} {kind} ({b / 1e6:.1f} MB)" if b else f"{n} {kind}" for kind, (n, b) in sorted(calls.items()))
+    return (f"no GPU activity in any trace (no kernel, copy or CUDA call), yet the host of {ranks_text(ranks)} "
+            f"enqueued NCCL calls (c10d's nccl:* ranges: {listed}): a GPU job profiled without its GPU activity. "
+            "Its transfers ran on the GPU, outside these traces: no collective time, peer wait or bandwidth is "
+            "read from them, and all times here are host times")
 
 
 def _accelerator_warning(accelerators: dict[str, dict], device: str) -> str:

@@ -336,3 +336,50 @@ def test_hta_cpu_only_gloo_trace(tmp_path):
     assert s.comm_us == pytest.approx(343_681.0, abs=1.0) and s.unsplit_us == pytest.approx(s.comm_us)
     withheld = [w for w in a.warnings if w.startswith("wait/transfer split withheld")]
     assert len(withheld) == 1 and "for 2 AllReduce call(s) on rank 34:" in withheld[0], a.warnings
+
+
+HTA_DATA = os.path.join(CORPUS, "facebookresearch", "HolisticTraceAnalysis", "tests", "data")
+HTA_RANK_NON_GPU = os.path.join(HTA_DATA, "rank_non_gpu", "rank_non_gpu.json.gz")
+
+
+def test_hta_rank_non_gpu_is_a_gpu_job_profiled_without_its_gpu(tmp_path):
+    """HTA's rank_non_gpu trace (MIT, committed byte-for-byte; HTA's mixed_files holds the same blob): rank 0
+    (distributedInfo names no world size), 2,467 events of categories cpu_op and user_annotation only: no
+    kernel, copy or CUDA call. One ProfilerStep#1009 of 75.473 ms. Six c10d `nccl:all_to_all` ranges on the
+    main thread, their `Input Dims`/`Input type`: [8, 1024, 8816] float, [1002496] int, [15100250] int,
+    [1024] int, [65687] int, [65687] float: 353,823,264 bytes; twelve `record_param_comms` without args.
+    An expert: an NCCL job profiled without its GPU activity; its six all-to-alls were enqueued here and
+    ran on the GPU, outside the trace: no communication time, wait or bandwidth can be read.
+
+    Before: the all-to-alls went unmentioned and the note said the CPU-side collective ops (gloo / c10d)
+    were analyzed, of which there are none."""
+    shutil.copy(HTA_RANK_NON_GPU, tmp_path)
+    a = analyze_dir(tmp_path)
+    assert a.device == "cpu" and a.ranks_found == [0]
+    s = a.ranks[0]
+    assert s.span_us == pytest.approx(75_473.0) and s.collectives == {} and s.busy_us["communication"] == 0.0
+    assert a.steps.count == 1 and a.findings == []
+    (note,) = [n for n in a.notes if "GPU activity" in n]
+    assert ("the host of rank 0 enqueued NCCL calls (c10d's nccl:* ranges: 6 AllToAll (353.8 MB)): a GPU job "
+            "profiled without its GPU activity") in note
+    assert "no collective time, peer wait or bandwidth is read from them" in note
+    assert not any("gloo" in n for n in a.notes), a.notes
+
+
+def test_hta_mixed_files_two_traces_claiming_one_rank_are_refused(tmp_path):
+    """HTA's mixed_files: traces of different jobs in one folder, each claiming rank 0 (HTA keeps one and
+    logs "has the same rank"). Its inference_rank_0 and vision_transformer rank-0 files are not in the
+    mirror here; HTA's rank_non_gpu (a CPU-only trace, rank 0) and its AlexNet benchmark (a GPU trace, rank 0,
+    tests/analysis/public) make the same folder. An expert: two jobs, not two ranks of one; nothing can be
+    matched across them. dstrace stops with one line naming both files and what to do."""
+    import subprocess
+    import sys
+
+    shutil.copy(HTA_RANK_NON_GPU, tmp_path)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "public", "hta_alexnet_trace.json.gz"),
+                tmp_path / "rank-0.json.gz")
+    proc = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if "claim rank 0" in x]
+    assert "rank-0.json.gz and rank_non_gpu.json.gz" in line and "keep one trace per rank" in line
