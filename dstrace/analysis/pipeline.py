@@ -34,6 +34,9 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
 
     step_df, step_source = steps_mod.step_ranges(run)
     coll = collectives.collective_events(run)
+    unknown = _unknown_world_warning(run, coll)
+    if unknown:
+        warnings.append(unknown)
     notes.extend(_unknown_sizes_note(coll))
     hosts = {r: t.host for r, t in run.traces.items()}
     withhold_all = alignment.host_only_reason(run)
@@ -130,6 +133,18 @@ def _trace_pointers(run: LoadedRun, found: list) -> list[str]:
             more = f" and {len(f.ranks) - len(named)} more" if len(f.ranks) > len(named) else ""
             out.append(f"{f.id}: full traces in {run.trace_dir}: " + "; ".join(named) + more)
     return out
+
+
+def _unknown_world_warning(run: LoadedRun, coll: pd.DataFrame) -> str | None:
+    """Where no file records the world size, it is read as the ranks found: say so when the traces show the
+    job communicating, since its other ranks then exist without a trace (a single process needs no word)."""
+    recorded = (any(t.world_size for t in run.traces.values()) or run.manifests
+                or (run.run_record is not None and run.run_record.world_size))
+    ranks = {r for r, t in run.traces.items() if t.reduced.nccl_host_calls} | set(coll["rank"].astype(int))
+    if recorded or not ranks:
+        return None
+    return (f"no trace or manifest records the world size, yet {ranks_text(ranks)} took part in collectives: "
+            f"'world size {run.world_size}' is only the ranks found: the job may have had other ranks, without a trace here")
 
 
 def _nccl_without_gpu_note(run: LoadedRun) -> str | None:

@@ -351,8 +351,8 @@ def test_hta_rank_non_gpu_is_a_gpu_job_profiled_without_its_gpu(tmp_path):
     An expert: an NCCL job profiled without its GPU activity; its six all-to-alls were enqueued here and
     ran on the GPU, outside the trace: no communication time, wait or bandwidth can be read.
 
-    Before: the all-to-alls went unmentioned and the note said the CPU-side collective ops (gloo / c10d)
-    were analyzed, of which there are none."""
+    Before: the all-to-alls went unmentioned, the note said the CPU-side collective ops (gloo / c10d)
+    were analyzed, of which there are none, and "world size 1" stood unqualified."""
     shutil.copy(HTA_RANK_NON_GPU, tmp_path)
     a = analyze_dir(tmp_path)
     assert a.device == "cpu" and a.ranks_found == [0]
@@ -364,6 +364,8 @@ def test_hta_rank_non_gpu_is_a_gpu_job_profiled_without_its_gpu(tmp_path):
             "profiled without its GPU activity") in note
     assert "no collective time, peer wait or bandwidth is read from them" in note
     assert not any("gloo" in n for n in a.notes), a.notes
+    assert any(w.startswith("no trace or manifest records the world size, yet rank 0 took part in collectives: "
+                            "'world size 1' is only the ranks found") for w in a.warnings), a.warnings
 
 
 def test_hta_mixed_files_two_traces_claiming_one_rank_are_refused(tmp_path):
