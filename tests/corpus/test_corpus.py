@@ -24,7 +24,8 @@ sys.path.insert(0, HERE)
 
 import make_twins  # noqa: E402  (tests/corpus on the path first)
 
-STEP_WORK = "reduction.step_work: `\"dstrace/\" + categorical` raises on one ProfilerStep without dstrace ranges"
+STEP_WORK = ("reduction.step_work:85 `\"dstrace/\" + ranges[\"name\"].map(...)` raises TypeError (str + Categorical) "
+             "when the mapped labels stay categorical (one-to-one), as with a single step range")
 ALL_TO_ALL = "SendRecv kernels inside nccl:all_to_all read as point-to-point, not as the all-to-all collective"
 GENERIC = "ncclDevKernel_Generic kernels with `Collective name` args are dropped (RCCL / newer NCCL)"
 OTHER_COMM = "communication kernels outside NCCL (torch symmetric-memory multimem all-reduce) counted as compute"
