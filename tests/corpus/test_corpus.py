@@ -249,7 +249,7 @@ def _observed(check: str, report: dict):
     raise KeyError(check)
 
 
-def _holds(check: str, expected, observed, report: dict) -> bool:
+def _holds(check: str, expected, observed) -> bool:
     if check == "collectives":
         return all(v == expected for v in observed.values())
     if check == "idle_pct":
@@ -282,7 +282,7 @@ def test_expert_reading(corpus_runs, name, check):
     report = json.loads(run.stdout)
     expected = getattr(BY_NAME[name].expect, check)
     observed = _observed(check, report)
-    assert _holds(check, expected, observed, report), f"{name}: {check} expected {expected!r}, report {observed!r}"
+    assert _holds(check, expected, observed), f"{name}: {check} expected {expected!r}, report {observed!r}"
 
 
 def test_corpus_stays_small():
