@@ -30,7 +30,7 @@ PIP_INSTALL = env -u DS_ACCELERATOR DS_BUILD_OPS=0 $(1)/python -m pip install -q
 ERA_EXTENSIONS := $(ERA)/torch-extensions
 DEMO_RUN := traces/demo/run.json
 
-.PHONY: demo demo-envs test install browser
+.PHONY: demo demo-envs test install browser test-lowest check-newest
 
 install: $(STAMP) $(DS_ERA_STAMP) $(ERA_STAMP)
 
@@ -92,3 +92,29 @@ browser:
 
 test: install browser
 	DS_ACCELERATOR=cpu DSTRACE_DEEPSPEED_ERA=$(DS_ERA) DSTRACE_ERA_PYTHON=$(ERA)/bin/python $(BIN)/python -m pytest -q
+
+# The analysis against the lowest releases pyproject.toml allows (constraints/lowest.txt): a second venv,
+# .cache/lowest, with torch for the gloo jobs, and the tests that need no recording of a DeepSpeed job.
+# test_reports_unchanged compares reports byte for byte, and the last bit of a float sum depends on the pandas
+# release (kernel_us 82928.657 under pandas 3.1.1, 82928.65699999999 under 2.2.0): it runs in `make test` only.
+LOWEST := $(abspath .cache/lowest)
+LOWEST_STAMP := $(LOWEST)/.installed
+ANALYSIS_TESTS := tests/corpus tests/analysis --ignore=tests/analysis/test_recorded_run.py \
+	--ignore=tests/analysis/test_reports_unchanged.py
+# The uncapped analysis dependencies whose newest release `make test` must run against (HTA is capped <0.6).
+NEWEST := pandas numpy msgspec isal xxhash rich
+
+$(LOWEST_STAMP): pyproject.toml constraints/lowest.txt
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(call PIP_INSTALL,$(LOWEST)/bin) --upgrade pip
+	$(call PIP_INSTALL,$(LOWEST)/bin) $(TORCH)
+	$(call PIP_INSTALL,$(LOWEST)/bin) -c constraints/lowest.txt -e . pytest
+	touch $@
+
+test-lowest: $(LOWEST_STAMP)
+	DS_ACCELERATOR=cpu $(LOWEST)/bin/python -m pytest -q -p no:cacheprovider $(ANALYSIS_TESTS)
+
+# .venv holds the newest release of each analysis dependency (what a new user gets): fail if any is outdated.
+check-newest: $(STAMP)
+	$(BIN)/python .ci/check_newest.py $(NEWEST)
