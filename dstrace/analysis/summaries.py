@@ -21,6 +21,7 @@ import numpy as np
 
 from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
+from dstrace.runfolder.files import atomic_file
 from dstrace.analysis.loading import MAX_WORLD_SIZE, read_manifests, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
@@ -44,19 +45,13 @@ def summary_path(run_dir: str, rank: int) -> str:
 
 def write_summary(path: str, reduced: RankReduction, rank: int, world_size: int | None, host: str | None,
                   run_id: str | None, trace_file: str, distributed: dict | None) -> None:
-    """Write a rank's summary, gzipped, under a temporary name, then renamed."""
+    """Write a rank's summary, gzipped, whole or not at all and through no link (`files.atomic_file`)."""
     arrays, head = cache.pack(reduced)
     payload = {"schema": SUMMARY_SCHEMA, "run_id": run_id, "rank": rank, "world_size": world_size, "host": host,
                "trace_file": trace_file, "distributed": distributed, "reduction": head,
                "arrays": {k: {"dtype": v.dtype.str, "values": v.tolist()} for k, v in arrays.items()}}
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with gzip.open(tmp, "wt", compresslevel=6) as f:
-            json.dump(payload, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+    with atomic_file(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6) as z:
+        z.write(json.dumps(payload, separators=(",", ":")).encode())
 
 
 def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,

@@ -62,7 +62,7 @@ def write_merged_trace(run_dir: str, output: str | None = None, steps: str | Non
                        clock_policy: str = "auto") -> str:
     """Load the run, build the merged timeline and write it as a Perfetto trace; returns the path."""
     from dstrace.analysis.loading import load_run
-    from dstrace.runfolder.files import atomic_file
+    from dstrace.runfolder.files import atomic_file, output_file
     from dstrace.viewing.perfetto import write_perfetto
     from dstrace.viewing.timeline import build_timeline, parse_step_window
 
@@ -73,7 +73,7 @@ def write_merged_trace(run_dir: str, output: str | None = None, steps: str | Non
     timeline = build_timeline(run, window=window, cpu_ops=cpu_ops, clock_policy=clock_policy)
     path = os.path.abspath(output or os.path.join(run_dir, MERGED_NAME))
     try:
-        with atomic_file(path, "wb") as f:
+        with (output_file if output else atomic_file)(path, "wb") as f:
             count = write_perfetto(timeline, f)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
