@@ -35,6 +35,7 @@ from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
+from dstrace.runfolder import untrusted
 from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
 from dstrace.runfolder.records import Manifest, RunRecord, read_manifest, read_run, why_no_trace
 from dstrace.say import say
@@ -64,11 +65,20 @@ def stderr_progress(message: str) -> None:
     say(message)
 
 
-def find_trace_files(trace_dir: str) -> list[str]:
-    """Trace candidates: `*.pt.trace.json[.gz]` if any, else every other `.json`/`.json.gz` file (maybe none)."""
+def folder_names(trace_dir: str) -> list[str]:
+    """The names in a run folder, sorted; UserError when it is not a folder or cannot be read."""
     if not os.path.isdir(trace_dir):
         raise UserError(f"{trace_dir} is not a folder; give the folder holding the per-rank traces")
-    names = sorted(os.listdir(trace_dir))
+    try:
+        return sorted(os.listdir(trace_dir))
+    except OSError as exc:
+        raise UserError(f"cannot read the folder {trace_dir} ({exc.strerror or exc}); give a folder you can "
+                        "read") from None
+
+
+def find_trace_files(trace_dir: str) -> list[str]:
+    """Trace candidates: `*.pt.trace.json[.gz]` if any, else every other `.json`/`.json.gz` file (maybe none)."""
+    names = folder_names(trace_dir)
     traces = [n for n in names if n.endswith(TRACE_SUFFIXES)]
     if not traces:
         traces = [n for n in names if n.endswith((".json", ".json.gz"))
@@ -151,7 +161,7 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
     except ValueError as exc:
         return str(exc), None, None
     except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})", None, None
+        return untrusted.unreadable(path, exc), None, None
     frame = frame if events else None
     written = None
     for target in targets:
@@ -169,12 +179,16 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
 
 
 def uncompressed_size(path: str) -> int:
-    """The JSON size of a trace: gzip's ISIZE trailer (size mod 4 GiB) or the file size."""
-    size = os.path.getsize(path)
-    if path.endswith(".gz") and size >= 4:
-        with open(path, "rb") as f:
-            f.seek(-4, os.SEEK_END)
-            size = max(size, int.from_bytes(f.read(4), "little"))
+    """The JSON size of a trace: gzip's ISIZE trailer (size mod 4 GiB) or the file size; 0 for what is not a
+    readable regular file (a dangling link, a folder, a FIFO: its parse says what is wrong with it)."""
+    try:
+        with untrusted.open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if path.endswith(".gz") and size >= 4:
+                f.seek(-4, os.SEEK_END)
+                size = max(size, int.from_bytes(f.read(4), "little"))
+    except (OSError, untrusted.Refused):
+        return 0
     return size
 
 
@@ -316,7 +330,16 @@ def _implausible(path: str, data: dict, meta: dict | None) -> list[str]:
             if key in block and not _plausible(block[key], lowest):
                 out.append(f"{os.path.basename(path)}: {where} gives {key} {str(block[key])[:40]}, which no job has "
                            f"(dstrace reads {lowest} to {MAX_WORLD_SIZE + lowest - 1}); ignored")
+    if isinstance(meta, dict) and meta.get("run_id") is not None and not isinstance(meta["run_id"], str):
+        out.append(f"{os.path.basename(path)}: dstrace metadata gives run_id {str(meta['run_id'])[:40]}, which is "
+                   "not text; ignored")
     return out
+
+
+def _run_id_of(meta: dict | None) -> str | None:
+    """The run id of the dstrace metadata, when it is text (`_implausible` warns of anything else)."""
+    run_id = (meta or {}).get("run_id")
+    return run_id if isinstance(run_id, str) else None
 
 
 def _host_of(path: str, data: dict) -> str | None:
@@ -342,7 +365,7 @@ def read_manifests(trace_dir: str, warnings: list[str],
     one that cannot be read is skipped, with a warning."""
     manifests: dict[int, Manifest] = {}
     run = None
-    for name in sorted(os.listdir(trace_dir)):
+    for name in folder_names(trace_dir):
         if not (name.endswith(MANIFEST_SUFFIX) or name == RUN_FILE):
             continue
         path = os.path.join(trace_dir, name)
@@ -449,7 +472,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
         claims[rank].append(path)
         traces[rank] = RankTrace(
             rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=_world_of(data, meta),
-            host=_host_of(path, data), run_id=(meta or {}).get("run_id"),
+            host=_host_of(path, data), run_id=_run_id_of(meta),
             distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
             dstrace=meta,
         )

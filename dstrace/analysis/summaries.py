@@ -22,7 +22,7 @@ import numpy as np
 from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
-from dstrace.analysis.loading import MAX_WORLD_SIZE, read_manifests, settle_run
+from dstrace.analysis.loading import MAX_WORLD_SIZE, folder_names, read_manifests, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
@@ -143,15 +143,17 @@ def _check(data: dict, reduced: RankReduction | None) -> str | None:
     return None
 
 
-def _names(trace_dir: str) -> list[str]:
-    if not os.path.isdir(trace_dir):
-        raise UserError(f"{trace_dir} is not a folder; give the folder holding the per-rank traces")
-    return sorted(os.listdir(trace_dir))
+def _file_size(path: str) -> int:
+    """A file's size; 0 for a dangling link or an unreadable name (reading it says what is wrong)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def choose_source(trace_dir: str, requested: str = "auto") -> str:
     """"summaries" or "traces": what `dstrace analyze --source` reads for this folder."""
-    names = _names(trace_dir)
+    names = folder_names(trace_dir)
     summaries = [n for n in names if n.endswith(SUMMARY_SUFFIX)]
     traces = [n for n in names if n.endswith(TRACE_SUFFIXES)]
     if requested == "summaries":
@@ -164,7 +166,7 @@ def choose_source(trace_dir: str, requested: str = "auto") -> str:
     if not traces:
         return "summaries"
     every_rank = len(summaries) >= len(traces)
-    size = sum(os.path.getsize(os.path.join(trace_dir, n)) for n in traces)
+    size = sum(_file_size(os.path.join(trace_dir, n)) for n in traces)
     return "summaries" if every_rank and (len(traces) >= AUTO_MIN_RANKS or size >= AUTO_MIN_TRACE_BYTES) else "traces"
 
 
@@ -175,7 +177,7 @@ def load_summaries(trace_dir: str) -> LoadedRun:
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     found: dict[int, tuple[dict, RankReduction]] = {}
-    for name in _names(trace_dir):
+    for name in folder_names(trace_dir):
         if not name.endswith(SUMMARY_SUFFIX):
             continue
         path = os.path.join(trace_dir, name)
@@ -183,7 +185,7 @@ def load_summaries(trace_dir: str) -> LoadedRun:
             who, reduced = read_summary(path)
             found[who["rank"]] = (who, reduced)
         except (OSError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, ValueError) else f"unreadable ({exc.strerror or exc})"
+            reason = str(exc) if isinstance(exc, ValueError) else untrusted.unreadable(path, exc)
             skipped.append({"path": path, "reason": reason})
             warnings.append(f"skipped {name}: {reason}")
     manifests, run = read_manifests(trace_dir, warnings, skipped)

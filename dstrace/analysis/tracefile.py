@@ -232,6 +232,10 @@ class _Builder:
                      "has_dur": has_dur}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"an event's ts or dur is not a number ({exc})") from None
+        except OverflowError:
+            raise ValueError("an event's ts or dur is an integer too large for any clock (over 10^308)") from None
+        if not (np.isfinite(piece["ts"]).all() and np.isfinite(dur).all()):
+            raise ValueError("an event's ts or dur is not a finite number")
         wants = np.zeros(n, dtype=bool)
         for c, values in zip(CODED, (name, cat, pid, tid)):
             try:
@@ -619,4 +623,4 @@ def _read_trace(path: str, helping: list[Helper]) -> tuple[dict, Columns]:
     except RecursionError:
         raise ValueError("corrupt JSON (nested too deeply for a trace)") from None
     except OSError as exc:
-        raise ValueError(f"unreadable ({exc.strerror or exc})") from None
+        raise ValueError(untrusted.unreadable(path, exc)) from None

@@ -10,7 +10,6 @@ default baseline.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -23,7 +22,6 @@ from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE
 from dstrace.runfolder.records import read_manifest, read_run
 
 REPEAT_DIR = re.compile(r"^rep\d+$")
-SWEEP_FILE = "sweep.json"
 SEARCH_DEPTH = 2
 
 
@@ -76,17 +74,12 @@ def find_runs(paths: list[str]) -> list[RunRef]:
     return unique
 
 
-def sweep_record(paths: list[str]) -> dict | None:
-    """The sweep.json of the one sweep folder given, if there is exactly one."""
-    records = []
-    for given in paths:
-        candidate = os.path.join(given, SWEEP_FILE)
-        if os.path.isfile(candidate):
-            try:
-                with open(candidate) as f:
-                    records.append(json.load(f))
-            except (OSError, ValueError) as exc:
-                raise UserError(f"cannot read {candidate}: {exc}") from None
+def sweep_record(paths: list[str]):
+    """The sweep record (`sweep.read_sweep_record`) of the one sweep folder given, if there is exactly one."""
+    from dstrace.comparison.sweep import SWEEP_FILE, read_sweep_record
+
+    records = [read_sweep_record(os.path.join(given, SWEEP_FILE)) for given in paths
+               if os.path.lexists(os.path.join(given, SWEEP_FILE))]
     return records[0] if len(records) == 1 else None
 
 

@@ -10,6 +10,7 @@ report's key (`report_cache`) uses it without importing pandas.
 """
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import stat
@@ -56,6 +57,17 @@ def open_regular(path: str):
     except BaseException:
         os.close(fd)
         raise
+
+
+def unreadable(path: str, exc: OSError) -> str:
+    """Why a file of a run folder could not be opened, and what to do, in one line."""
+    if os.path.islink(path) and not os.path.exists(path):
+        if exc.errno == errno.ELOOP:
+            return "a link in a loop of links: remove it from the folder"
+        return f"a link to {os.readlink(path)!r}, which does not exist: remove it or put the file there"
+    if exc.errno in (errno.EPERM, errno.EACCES):
+        return "not readable by you (permission denied): make it readable or remove it from the folder"
+    return f"unreadable ({exc.strerror or exc}): remove it from the folder or replace it with the file itself"
 
 
 def read_bytes(path: str, limit: int) -> bytes:
