@@ -267,11 +267,42 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
     return {p: out[p] for p in files}
 
 
+SCRATCH_PREFIX = "dstrace-parse-"
+_SCRATCH = re.compile(re.escape(SCRATCH_PREFIX) + r"(\d+)-")
+
+
+def _scratch_folder() -> str:
+    """A new scratch folder for reductions the run folder refuses, named by this process's id; the folders of
+    analyses that were killed before they could remove theirs (their process is gone) are removed first."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        names = []
+    for name in names:
+        m = _SCRATCH.match(name)
+        path = os.path.join(base, name)
+        if m and not _alive(int(m.group(1))) and not os.path.islink(path) and os.path.isdir(path) \
+                and os.stat(path).st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
 def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, workers: int, world_hint: int,
            events: bool, helping_for: Callable[[str], list[tracefile.Helper]]) -> None:
     """Parse the `todo` traces into `out`: one at a time (each with its `helping_for` helpers), or this
     process the smallest and `workers - 1` forked workers the others."""
-    scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
+    scratch = _scratch_folder()
     try:
         targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
         for path in todo:
@@ -282,7 +313,8 @@ def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, wor
         else:  # this process parses the smallest trace itself (it analyzes the run after), the workers the rest
             own = min(range(len(todo)), key=lambda i: uncompressed_size(todo[i]))
             others = [i for i in range(len(todo)) if i != own]
-            with ProcessPoolExecutor(workers - 1, mp_context=_pool_context()) as pool:
+            with ProcessPoolExecutor(workers - 1, mp_context=_pool_context(), initializer=tracefile.die_with_parent,
+                                     initargs=(os.getpid(),)) as pool:
                 rest = pool.map(parse_rank, [todo[i] for i in others], [targets[i] for i in others],
                                 [hints[i] for i in others])
                 mine = parse_rank(todo[own], targets[own], hints[own])

@@ -32,8 +32,10 @@ from dstrace.runfolder.names import SUMMARY_SUFFIX, TRACE_SUFFIXES
 SUMMARY_SCHEMA = "dstrace.summary/2"
 AUTO_MIN_TRACE_BYTES = 2 << 30
 """Or when the traces add up to more than 2 GiB, whatever the number of ranks."""
-MAX_SUMMARY_BYTES = 1 << 30
-"""JSON one summary may hold: a rank's reduction is kilobytes to a few MB."""
+MAX_SUMMARY_BYTES = 64 << 20
+"""JSON one summary may hold: a rank's reduction is kilobytes to a few MB. Decoding holds about 4x the JSON at
+its peak (numbers become Python objects before arrays), so a summary may cost at most ~300 MB; beyond the
+limit it is refused while it inflates, before its JSON is held."""
 NUMERIC = {"collectives": ("ts", "dur", "end", "host_ts", "in_bytes", "out_bytes"),
            "steps": ("step", "ts", "end", "ms"), "gathers": ("ts", "bytes")}
 COLUMNS = {"collectives": collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS, "gathers": reduction.GATHER_COLUMNS}
@@ -83,7 +85,11 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
 def read_summary(path: str) -> tuple[dict, RankReduction]:
     """A summary's identity (rank, world_size, host, run_id, trace_file, distributed) and reduction. Raises
     ValueError saying what is wrong with the file."""
-    text = b"".join(untrusted.json_chunks(path, limit=MAX_SUMMARY_BYTES))
+    try:
+        text = b"".join(untrusted.json_chunks(path, limit=MAX_SUMMARY_BYTES))
+    except untrusted.TooLarge:
+        raise ValueError(f"holds more than {MAX_SUMMARY_BYTES >> 20} MiB of JSON, more than a rank summary dstrace "
+                         "writes (kilobytes to a few MB): remove it, or analyze the traces with --source traces") from None
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

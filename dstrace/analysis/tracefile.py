@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -422,7 +423,7 @@ class Helper:
 
     def __init__(self, ctx) -> None:
         self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_helper_main, args=(theirs,), daemon=True, name="dstrace-helper")
+        self.proc = ctx.Process(target=_helper_main, args=(theirs, os.getpid()), daemon=True, name="dstrace-helper")
         self.proc.start()
         theirs.close()
         self.thread = None
@@ -513,8 +514,27 @@ def _decode_handed(conn) -> tuple:
     return (error, None) if error is not None else (None, b.share())
 
 
-def _helper_main(conn) -> None:
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this forked process when `parent` (the thread that forked it) ends, however it ends
+    (SIGKILL included: no handler of the parent's runs then). Linux only (prctl PR_SET_PDEATHSIG); elsewhere
+    a helper ends when its pipe closes. A parent already gone before the prctl ends this process now."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _helper_main(conn, parent: int) -> None:
     """The helper process: run each job sent, answer it, let go of its memory, until the pipe closes."""
+    die_with_parent(parent)
     while True:
         try:
             job = conn.recv()

@@ -29,9 +29,16 @@ TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 """Plain torch.profiler output (no dstrace manifests) is compared from what its traces show."""
 
 
+def _names(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        raise UserError(f"cannot read the folder {path} ({exc.strerror or exc}); give folders you can read") from None
+
+
 def is_run_dir(path: str) -> bool:
     return os.path.isdir(path) and any(n == RUN_FILE or n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES)
-                                       for n in os.listdir(path))
+                                       for n in _names(path))
 
 
 def _ref(path: str) -> RunRef:
@@ -47,7 +54,7 @@ def _search(path: str, depth: int) -> list[str]:
     if depth == 0:
         return []
     found = []
-    for name in sorted(os.listdir(path)):
+    for name in _names(path):
         child = os.path.join(path, name)
         if os.path.isdir(child):
             found.extend(_search(child, depth - 1))
