@@ -368,6 +368,26 @@ def _implausible(path: str, data: dict, meta: dict | None) -> list[str]:
     return out
 
 
+def _odd_events(path: str, data: dict) -> list[str]:
+    """One warning per kind of event no profiler writes (`tracefile.event_checks`), with how many."""
+    checks = data.get(tracefile.CHECKS_KEY)
+    if not isinstance(checks, dict):
+        return []
+    name, out = os.path.basename(path), []
+    if checks.get("negative_durations"):
+        out.append(f"{name}: {checks['negative_durations']} event(s) with a negative duration, taken as written: not "
+                   "what a profiler writes; its breakdowns may be wrong")
+    if checks.get("overlaps"):
+        out.append(f"{name}: {checks['overlaps']} event(s) start inside the event before them on the same thread "
+                   f"and end more than {tracefile.OVERLAP_TOLERANCE_US:g} us after it (overlapping, not nested): "
+                   "not what a profiler writes; its breakdowns may be wrong")
+    if checks.get("duplicate_keys"):
+        keys = ", ".join(sorted(set(checks["duplicate_keys"])))[:200]
+        out.append(f"{name}: {len(checks['duplicate_keys'])} key(s) given twice in one object ({keys}); the last of "
+                   "each is used")
+    return out
+
+
 def _run_id_of(meta: dict | None) -> str | None:
     """The run id of the dstrace metadata, when it is text (`_implausible` warns of anything else)."""
     run_id = (meta or {}).get("run_id")
@@ -492,6 +512,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     traces: dict[int, RankTrace] = {}
     for path, data, meta, parsed_rank in parsed:
         warnings.extend(_implausible(path, data, meta))
+        warnings.extend(_odd_events(path, data))
         rank, _ = _rank_of(path, data, meta)
         if rank is None and len(parsed) == 1:
             rank = 0

@@ -159,6 +159,50 @@ class Columns:
         return pd.Series(lookup[self.codes[name][rows]], dtype=object).infer_objects().to_numpy()
 
 
+CHECKS_KEY = "dstrace.checks"
+"""Where `read_trace` puts what it found odd in the events (`event_checks`), in the metadata it returns (and the
+cache keeps): a key no profiler writes."""
+OVERLAP_TOLERANCE_US = 1.0
+"""Kineto's rounding lets a child outlive its parent by a fraction of a microsecond; an overlap past this is
+not rounding."""
+
+
+def event_checks(columns: Columns) -> dict[str, int]:
+    """What a profiler does not write, counted: complete events with a negative duration, and host events that
+    start inside the one before them on the same thread and end more than OVERLAP_TOLERANCE_US after it
+    (overlapping without nesting; a thread's ranges nest). GPU work is left out: kernels of one stream may
+    overlap (programmatic dependent launch, e.g. cuBLASLt's split-K reduce). The analysis takes the events as
+    they are; these say where it should not be trusted."""
+    n = len(columns)
+    if n == 0:
+        return {"negative_durations": 0, "overlaps": 0}
+    host = ~columns.per_row("cat", lambda c: c in GPU_CATEGORIES or c == "gpu_user_annotation")
+    order = np.flatnonzero(host)
+    order = order[np.lexsort((-columns.dur[order], columns.ts[order], columns.codes["tid"][order],
+                              columns.codes["pid"][order]))]
+    pid, tid = columns.codes["pid"][order], columns.codes["tid"][order]
+    ts, end = columns.ts[order], (columns.ts + np.maximum(columns.dur, 0))[order]
+    same_track = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
+    overlaps = same_track & (ts[1:] < end[:-1]) & (end[1:] > end[:-1] + OVERLAP_TOLERANCE_US)
+    return {"negative_durations": int((columns.dur < 0).sum()), "overlaps": int(overlaps.sum())}
+
+
+def _duplicate_keys(text: bytes) -> list[str]:
+    """The keys an object of this JSON gives twice (the decoders keep the last one silently), by path."""
+    import json
+
+    found: list[str] = []
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        found.extend(sorted({k for k in keys if keys.count(k) > 1}))
+        return dict(items)
+
+    with contextlib.suppress(ValueError, RecursionError):
+        json.loads(text, object_pairs_hook=pairs)
+    return found
+
+
 def _objects(values) -> np.ndarray:
     """A 1-d object array of the values (lists among them stay elements)."""
     return np.fromiter(values, dtype=object, count=len(values))
@@ -399,14 +443,20 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
             raise _NotKineto
     try:
         head = ANY.decode(header + b"]}")
-        tail = TOP.decode(b'{"traceEvents": ' + buf[opener:])
+        last = b'{"traceEvents": ' + buf[opener:]
+        tail = TOP.decode(last)
         if not isinstance(head, dict) or "traceEvents" not in tail:
             raise _NotKineto
         b.add(EVENTS.decode(tail["traceEvents"]), k)
     except msgspec.DecodeError:
         raise _NotKineto from None
+    after = len(b'{"traceEvents": ') + len(tail["traceEvents"])  # what follows the array: the other top-level keys
+    twice = _duplicate_keys(header + b"]}") + _duplicate_keys(b'{"traceEvents": null' + last[after:])
+    keys = list(head) + [key for key in tail if key != "traceEvents"]
+    twice += sorted({key for key in keys if keys.count(key) > 1 and key != "traceEvents"})
     head.pop("traceEvents", None)
     head.update(_meta(tail))
+    head[CHECKS_KEY] = {"duplicate_keys": twice}
     return head, b
 
 
@@ -622,7 +672,9 @@ def read_trace(path: str, ways: int = 1, helping: list[Helper] | None = None) ->
         with helpers(ways - 1) as started:
             return read_trace(path, helping=started)
     with _no_collections():
-        return _read_trace(path, helping)
+        meta, columns = _read_trace(path, helping)
+    meta[CHECKS_KEY] = {**meta.get(CHECKS_KEY, {}), **event_checks(columns)}
+    return meta, columns
 
 
 def _read_trace(path: str, helping: list[Helper]) -> tuple[dict, Columns]:

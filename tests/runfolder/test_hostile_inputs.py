@@ -229,3 +229,39 @@ def test_a_hostile_sweep_spec_is_one_line(tmp_path, content, words):
     spec = tmp_path / "spec.json"
     spec.write_bytes(content)
     assert_one_line(dstrace("sweep", str(spec), "-o", str(tmp_path / "out"), timeout=60), 2, words)
+
+
+def kineto_layout(data: dict) -> str:
+    """The trace as torch.profiler lays it out: one event per block, `  {` ... `  },` (tracefile cuts there)."""
+    events = ",\n".join("  " + json.dumps(e).replace("{", "{\n    ", 1)[:-1] + "\n  }" for e in data["traceEvents"])
+    rest = "".join(f',\n  {json.dumps(k)}: {json.dumps(v)}' for k, v in data.items() if k != "traceEvents")
+    return '{\n  "traceEvents": [\n' + events + "\n  ]" + rest + "\n}\n"
+
+
+def test_overlaps_negative_durations_and_duplicate_keys_are_warned_and_counted(small_run, tmp_path):
+    path = os.path.join(small_run, RANK0)
+    data = json.loads(gzip.open(path).read())
+    host = [e for e in data["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    for e in host[3:5]:
+        e["dur"] = -7.0
+    first = host[6]  # three ranges that start inside the one before and end well after it
+    for i, e in enumerate(host[7:10], 1):
+        e["ts"], e["dur"] = first["ts"] + i, first["dur"] + 100.0 * i
+    text = kineto_layout(data)
+    text = text.replace('\n  "host_name": ', '\n  "host_name": "twice",\n  "host_name": ', 1)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+    r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    warned = [line for line in r.stderr.splitlines() if RANK0 in line]
+    assert any("2 event(s) with a negative duration" in line for line in warned), warned
+    assert any("3 event(s) start inside the event before them" in line for line in warned), warned
+    assert any("1 key(s) given twice in one object (host_name)" in line for line in warned), warned
+    report = json.load(open(tmp_path / "r.json"))
+    assert sum(RANK0 in w for w in report["warnings"]) == 3
+
+
+def test_a_well_formed_trace_gets_no_such_warning(small_run, tmp_path):
+    r = dstrace("analyze", small_run, "--format", "json", timeout=120)
+    assert r.returncode == 0
+    assert not [w for w in r.stderr.splitlines() if "negative duration" in w or "overlapping" in w or "twice" in w]
