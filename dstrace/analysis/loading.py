@@ -76,6 +76,11 @@ def folder_names(trace_dir: str) -> list[str]:
                         "read") from None
 
 
+def is_single_trace(path: str) -> bool:
+    """Whether `path` names one trace file rather than a run folder: analyzed as a run of one rank (#28)."""
+    return os.path.isfile(path) and os.path.basename(path).endswith(TRACE_SUFFIXES + (".json", ".json.gz"))
+
+
 def find_trace_files(trace_dir: str) -> list[str]:
     """Trace candidates: `*.pt.trace.json[.gz]` if any, else every other `.json`/`.json.gz` file (maybe none)."""
     names = folder_names(trace_dir)
@@ -484,10 +489,13 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     many traces to parse at once (None: as many as CPUs and memory allow); `events`: keep every rank's
     events (the timeline needs them; the analysis reads the ranks' reductions only)."""
     trace_dir = os.path.abspath(trace_dir)
-    files = find_trace_files(trace_dir)
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
-    manifests, run = read_manifests(trace_dir, warnings, skipped)
+    if is_single_trace(trace_dir):  # a run of one rank: the file alone, none of its folder's other files
+        files, manifests, run = [trace_dir], {}, None
+    else:
+        files = find_trace_files(trace_dir)
+        manifests, run = read_manifests(trace_dir, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if m.exit_error:
             warnings.append(f"rank {rank} ended with {error_line(m.exit_error)}")

@@ -22,7 +22,9 @@ def write_report(run_dir: str, output: str | None = None, clock_policy: str = "a
     report, warnings = report_of(run_dir, "html", clock_policy=clock_policy)
     for warning in warnings:
         warn(warning)
-    path = os.path.abspath(output or os.path.join(run_dir, REPORT_NAME))
+    from dstrace.viewing import beside
+
+    path = os.path.abspath(output or beside(run_dir, REPORT_NAME))
     try:
         (write_output if output else write_text_atomic)(path, report)
     except OSError as exc:
