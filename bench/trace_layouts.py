@@ -33,7 +33,7 @@ def _event(i: int, layout: str) -> dict:
     name = f"aten::op_{i:012d}_" + "x" * 200 if layout == "long-names" else f"aten::op{i % 50}"
     args = {"External id": i, "Input Dims": [[4096, 4096]], "Record function id": i}
     if layout == "huge-args":
-        args["Concrete Inputs"] = ["0" * 4000]
+        args["Concrete Inputs"] = [os.urandom(1000).hex()]  # incompressible: not refused for inflating
     return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 4242, "tid": 4242, "ts": 1.0e12 + i * 2.0,
             "dur": 1.5, "args": args}
 

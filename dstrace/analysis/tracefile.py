@@ -35,8 +35,13 @@ CHUNK_BYTES = 8 << 20
 """Bytes of JSON decoded at a time: their events as objects are small next to a rank's columns."""
 MAX_UNCUT_BYTES = 64 << 20
 """More JSON than this without an event boundary: not Kineto's layout (or hostile), decoded whole instead."""
-MAX_WHOLE_BYTES = 512 << 20
-"""A file decoded whole is held whole, with an object per event: traces laid out otherwise stop here."""
+MAX_WHOLE_BYTES = 256 << 20
+"""A file decoded whole is held whole, with an object per event: traces laid out otherwise stop here. Such a
+file (one line of JSON) peaks at ~4.7x its JSON (bench/trace_layouts.py), so at ~1.4 GB here."""
+MAX_EVENTS = 8_000_000
+"""Events one trace may hold: memory grows with events more than with bytes (a million tiny events, 25 bytes
+of JSON each, cost ~110 MB as columns and frames): ~1.1 GB at this limit. Kineto's layout is counted as it is
+read, before its events are decoded; a file decoded whole, once decoded (its size bounds it)."""
 EVENT_SEPARATOR = b"\n  },\n  {"
 ARRAY_KEY = b'"traceEvents"'
 # Args copied into columns: (column, arg key). The first block is what the analyses read; the second
@@ -398,13 +403,23 @@ def _meta(top: dict[str, msgspec.Raw]) -> dict:
     return {k: ANY.decode(v) for k, v in top.items() if k != "traceEvents"}
 
 
+def _too_many(events: int) -> untrusted.Refused:
+    return untrusted.Refused(f"holds more than {MAX_EVENTS / 1e6:g} million events ({events / 1e6:.1f} million "
+                             "counted so far), more than dstrace analyzes in one trace: record a shorter window "
+                             "(dstrace record --window-steps)")
+
+
 def _read_whole(path: str) -> tuple[dict, Columns]:
     text = bytearray()
     for piece in untrusted.json_chunks(path, CHUNK_BYTES, MAX_WHOLE_BYTES):
         text += piece
     top = _top(text)
     b = _Builder()
-    b.add(_events(top["traceEvents"]))
+    events = _events(top["traceEvents"])
+    if len(events) > MAX_EVENTS:
+        raise _too_many(len(events))
+    b.add(events)
+    del events
     meta = _meta(top)
     del top, text
     return meta, b.finish()
@@ -422,12 +437,15 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
     if opener < 0 or not buf.lstrip().startswith(b"{"):
         raise _NotKineto
     header = bytes(buf[:opener + 1])
-    k = 0
+    k = events = 0
     for more in chunks:
         buf += more
         cut = buf.rfind(EVENT_SEPARATOR, opener)
         if cut >= 0:
             close = cut + 4  # the "," after the piece's last "\n  }"
+            events += buf.count(EVENT_SEPARATOR, opener, close + 6)  # one after each event of the piece
+            if events > MAX_EVENTS:
+                raise _too_many(events)
             buf[close] = ord("]")
             with memoryview(buf) as view:
                 turn = k % (len(helpers) + 1)
