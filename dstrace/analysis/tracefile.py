@@ -37,10 +37,10 @@ MAX_UNCUT_BYTES = 64 << 20
 """More JSON than this without an event boundary: not Kineto's layout (or hostile), decoded whole instead."""
 MAX_WHOLE_BYTES = 256 << 20
 """A file decoded whole is held whole, with an object per event: traces laid out otherwise stop here. Such a
-file (one line of JSON) peaks at ~4.7x its JSON (bench/trace_layouts.py), so at ~1.4 GB here."""
+file (one line of JSON) adds ~4.7x its JSON at the peak (bench/trace_layouts.py): ~1.4 GB here, extrapolated."""
 MAX_EVENTS = 8_000_000
 """Events one trace may hold: memory grows with events more than with bytes (a million tiny events, 25 bytes
-of JSON each, cost ~110 MB as columns and frames): ~1.1 GB at this limit. Kineto's layout is counted as it is
+of JSON each, cost ~110 MB as columns and frames): 1.1 GB measured at this limit. Kineto's layout is counted as it is
 read, before its events are decoded; a file decoded whole, once decoded (its size bounds it)."""
 EVENT_SEPARATOR = b"\n  },\n  {"
 ARRAY_KEY = b'"traceEvents"'

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 MAX_JSON_BYTES = 1 << 30
 """JSON one trace may hold: 1 GiB (a window of ~40 decode steps of an 80-layer model is ~1 GB). Analyzing a
 trace laid out as torch.profiler writes it peaks at about 2x its JSON over the interpreter's ~170 MB
-(bench/trace_layouts.py: 2.0x measured from 30 to 200 MB), so this limit holds one trace to ~2.4 GB; the
+(bench/trace_layouts.py: 2.0x measured from 30 to 200 MB), so this limit holds one trace to ~2.3 GB (extrapolated); the
 other layouts have their own limits (`tracefile.MAX_EVENTS`, `tracefile.MAX_WHOLE_BYTES`). docs/run-folder.md."""
 MAX_INFLATION = 100
 """How many times its size a gzip may inflate to: torch.profiler's traces inflate 10-20x (12x and 16x
