@@ -131,6 +131,7 @@ class Columns:
     args: dict[str, tuple[np.ndarray, np.ndarray]]
     present: dict[str, bool]
     ts_all_int: bool = True  # HTA rounds float timestamps and keeps integer ones as they are
+    duplicate_keys: list[str] | None = None  # top-level keys given twice (None: not looked for, decoded whole)
 
     def __len__(self) -> int:
         return len(self.position)
@@ -236,6 +237,7 @@ class _Builder:
         self.wants_args: dict[str, list[bool]] = {"cat": [], "name": []}  # per table entry: `reads_args`
         self.present = {c: False for c, _ in ALL_ARGS}
         self.ts_all_int = True
+        self.duplicate_keys: list[str] | None = None
 
     def _code_of(self, column: str, value) -> int:
         """The value's code in the column's table: first seen, first coded."""
@@ -351,7 +353,7 @@ class _Builder:
             has_dur=cat("has_dur", bool), codes={c: cat(c, np.int32) for c in CODED},
             tables={c: list(t) for c, t in self.index.items()},
             args={c: arg(c) for c, _ in ALL_ARGS},
-            present=dict(self.present), ts_all_int=self.ts_all_int)
+            present=dict(self.present), ts_all_int=self.ts_all_int, duplicate_keys=self.duplicate_keys)
         self.pieces = []
         release_freed_memory()
         return columns
@@ -474,7 +476,7 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
     twice += sorted({key for key in keys if keys.count(key) > 1 and key != "traceEvents"})
     head.pop("traceEvents", None)
     head.update(_meta(tail))
-    head[CHECKS_KEY] = {"duplicate_keys": twice}
+    b.duplicate_keys = twice
     return head, b
 
 
@@ -691,7 +693,7 @@ def read_trace(path: str, ways: int = 1, helping: list[Helper] | None = None) ->
             return read_trace(path, helping=started)
     with _no_collections():
         meta, columns = _read_trace(path, helping)
-    meta[CHECKS_KEY] = {**meta.get(CHECKS_KEY, {}), **event_checks(columns)}
+    meta[CHECKS_KEY] = {"duplicate_keys": columns.duplicate_keys or [], **event_checks(columns)}
     return meta, columns
 
 
