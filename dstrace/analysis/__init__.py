@@ -7,6 +7,7 @@ analyzed before with the same options and nothing changed gets its kept report (
 from __future__ import annotations
 
 import argparse
+import os
 
 from dstrace.errors import UserError
 from dstrace.say import say, warn
@@ -15,7 +16,8 @@ from dstrace.say import say, warn
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dstrace.analysis.options import AUTO_MIN_RANKS, CLOCK_POLICIES, FORMATS, SOURCES
 
-    parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN")
+    parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN, or one "
+                                          "trace file (a run of one rank)")
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="text (terminal), json (dstrace.analysis/1), markdown (GitHub issue), html (one "
                              "self-contained file with plots); default: from the -o file's extension (.json, .md, "
@@ -60,11 +62,11 @@ def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "
     """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
     `progress(message)` hears what is being read (default: stderr)."""
     from dstrace.analysis import summaries
-    from dstrace.analysis.loading import load_run, stderr_progress
+    from dstrace.analysis.loading import is_single_trace, load_run, stderr_progress
     from dstrace.analysis.pipeline import analyze
 
     progress = progress or stderr_progress
-    if summaries.choose_source(trace_dir, source) == "summaries":
+    if not is_single_trace(trace_dir) and summaries.choose_source(trace_dir, source) == "summaries":
         run = summaries.load_summaries(trace_dir)
         progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")
     else:
@@ -82,7 +84,8 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
     options = {"format": fmt, "align_clocks": clock_policy, "source": source}
     if fmt == "text" and screen is not None:
         options |= screen.options()
-    key = report_cache.key(trace_dir, options)  # None for a folder that cannot be read
+    single = os.path.isfile(trace_dir)  # one trace file: its reduction is kept beside it, no report is
+    key = None if single else report_cache.key(trace_dir, options)  # None for a folder that cannot be read
     kept = report_cache.read(trace_dir, fmt, key) if key else None
     if kept is not None:
         say(f"nothing in the folder changed since the last analysis: its report, from "

@@ -194,7 +194,10 @@ def to_json(obj: Any) -> Any:
 
 def read_json_object(path: str) -> dict:
     """A small JSON object from a run folder; ValueError for anything else (too large, not an object)."""
-    data = json.loads(read_bytes(path, MAX_RECORD_BYTES))
+    try:
+        data = json.loads(read_bytes(path, MAX_RECORD_BYTES))
+    except RecursionError:
+        raise ValueError(f"{path}: corrupt JSON (nested too deeply for a dstrace record)") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} holds {type(data).__name__}, not a JSON object")
     return data
