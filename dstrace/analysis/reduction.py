@@ -82,7 +82,7 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, o
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
     kernels = events.loc[events["is_gpu"], ["name", "ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
-                            pd.DataFrame({"name": "dstrace/" + ranges["name"].map(host.range_label),
+                            pd.DataFrame({"name": "dstrace/" + ranges["name"].map(host.range_label).astype(str),
                                           "ts": ranges["ts"], "dur": ranges["dur"]})], ignore_index=True)
 
     def step_of(ts: pd.Series) -> np.ndarray:
