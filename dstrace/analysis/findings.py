@@ -537,9 +537,9 @@ def step_time_shift(run: LoadedRun) -> Finding | None:
                                   and sh.levels[kind].after_ms is not None)
         first, last = first_sh.first_before, first_sh.last_after
         place = window_place(run.manifests[ranks[0]], first_sh)
-        text = (f"call {call}: from step {start} on, {kind} steps take {after / before:.2f}x as long "
-                f"({before:.1f} -> {after:.1f} ms; {_levels_text(first_sh)}; boundary steps of the profiler left "
-                f"out), {'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}")
+        text = (f"call {call}: from step {start} on, steps take {after / before:.2f}x as long "
+                f"({_levels_text(first_sh)}; the profiler's start and stop steps left out), "
+                f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}")
         steps_txt = _steps_label(place.steps[0], place.steps[-1]) if place.steps else ""
         growth = None
         if place.where == "straddles":
