@@ -16,8 +16,9 @@ mkdir -p "$runs"
 for i in $(seq 1 "$repeats"); do
   for side in old new; do
     tree=$old; [ $side = new ] && tree=$new
-    PYTHONPATH=$(cd "$tree" && pwd) python3 -c "import sys; from dstrace.cli import main; sys.exit(main())" \
+    # -c puts the working folder first on sys.path: taken off, so that each side's dstrace is its checkout's
+    PYTHONPATH=$(cd "$tree" && pwd) python3 -c "import sys; sys.path.remove(''); from dstrace.cli import main; sys.exit(main())" \
       record -o "$runs/$side-$i" --window-call 1 --window-start 2 --window-steps 3 -- "$@" > "$runs/$side-$i.log" 2>&1
   done
 done
-python3 "$(dirname "$0")/boundary_steps.py" --json "$runs/boundary_steps.json" "$runs"/old-* "$runs"/new-*
+python3 "$(dirname "$0")/boundary_steps.py" --json "$runs/boundary_steps.json" "$runs"/old-*/ "$runs"/new-*/

@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from collections import Counter
 
 from dstrace.analysis.host import host_wait_share
 from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
 from dstrace.analysis.shift import (
-    SHIFT_RATIO, UNREPRESENTATIVE_RATIO, Shift, call_shifts, level_ms, median_or_none, profiler_cost,
+    SHIFT_RATIO, UNREPRESENTATIVE_RATIO, Shift, apart, call_shifts, level_ms, median_or_none, profiler_cost,
     window_place, window_steps,
 )
 from dstrace.analysis.step_compare import compare_steps
-from dstrace.analysis.steps import MANIFEST_COVERS, cost_json
+from dstrace.analysis.steps import MANIFEST_COVERS, cost_json, decode_step_ms
 from dstrace.errors import UserError
 
 COMM_BOUND_EXPOSED_FRACTION = 0.30
@@ -594,10 +595,16 @@ def window_not_representative(run: LoadedRun, steps: StepSummary | None) -> Find
     level = level_ms(run.manifests)
     if level is None:
         return None
-    level_value, level_count, level_label = level
+    samples, level_label = level
+    level_value, level_count = float(statistics.median(samples)), len(samples)
     ratio = level_value / steps.ms_per_step
     if 1 / UNREPRESENTATIVE_RATIO < ratio < UNREPRESENTATIVE_RATIO:
         return None
+    others = Counter(ms for m in run.manifests.values() for ms in decode_step_ms(m))
+    others.subtract(Counter(samples))
+    rest = list(others.elements())
+    if not rest or not apart(samples, rest):
+        return None  # the run's other steps overlap the window's level: one level, however its median falls
     profiled = {r: [m.calls[c - 1].step_ms[s] for s in window_steps(m)[1]]
                 for r, m in sorted(run.manifests.items()) for c in [window_steps(m)[0]] if c}
     window_ms = median_or_none([v for vs in profiled.values() for v in vs])

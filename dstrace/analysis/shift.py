@@ -225,8 +225,11 @@ class ProfilerCost:
         return self.profiled_ms / self.unprofiled_ms
 
     def line(self) -> str:
-        return (f"the profiler added {self.added_ms:.1f} ms per step ({self.ratio:.2f}x): call {self.call}'s "
-                f"profiled steps {self.profiled_ms:.1f} ms vs {self.unprofiled_ms:.1f} ms unprofiled, {self.level}")
+        steps = (f"call {self.call}'s profiled steps {self.profiled_ms:.1f} ms vs {self.unprofiled_ms:.1f} ms "
+                 f"unprofiled, {self.level}")
+        if self.added_ms < 0:
+            return f"no cost of the profiler shows: {steps} ({self.ratio:.2f}x)"
+        return f"the profiler added {self.added_ms:.1f} ms per step ({self.ratio:.2f}x): {steps}"
 
 
 def _level_samples(manifest: Manifest, shift: Shift | None, after: bool | None) -> tuple[list[float], list[float]]:
@@ -266,9 +269,9 @@ def profiler_cost(manifests: dict[int, Manifest]) -> ProfilerCost | None:
     return ProfilerCost(call, float(statistics.median(p)), float(statistics.median(u)), len(p), len(u), label)
 
 
-def level_ms(manifests: dict[int, Manifest]) -> tuple[float, int, str] | None:
-    """The unprofiled ms per step at the window's level: the window's call's unprofiled decode steps on the
-    window's side of the call's shift (all of them without one), with how many and which; None when the window
+def level_ms(manifests: dict[int, Manifest]) -> tuple[list[float], str] | None:
+    """The unprofiled step times at the window's level: the window's call's unprofiled decode steps on the
+    window's side of the call's shift (all of them without one), and which those are; None when the window
     straddles a shift or no unprofiled step shares its level."""
     samples, label = [], ""
     for m in manifests.values():
@@ -283,9 +286,13 @@ def level_ms(manifests: dict[int, Manifest]) -> tuple[float, int, str] | None:
         samples.extend(_level_samples(m, shift, after)[1])
         label = ("the whole call" if shift is None else
                  f"{'from' if after else 'before'} step {shift.start}{' on' if after else ''}")
-    if not samples:
-        return None
-    return float(statistics.median(samples)), len(samples), label
+    return (samples, label) if samples else None
+
+
+def apart(a: list[float], b: list[float]) -> bool:
+    """Two sets of step times whose interquartile ranges do not overlap (the shift's test of two levels)."""
+    (a_lo, a_hi), (b_lo, b_hi) = _iqr(np.asarray(a, dtype=float)), _iqr(np.asarray(b, dtype=float))
+    return a_hi < b_lo or b_hi < a_lo
 
 
 def median_or_none(values: list[float]) -> float | None:

@@ -209,3 +209,15 @@ def test_steps_against_refuses_what_it_cannot_compare(tmp_path, argv, message):
     traced_steps(tmp_path, {1: 64.0, 2: 36.0, 3: 36.0, 4: 78.0, 5: 75.0, 6: 293.0}, grows_from=4)
     with pytest.raises(UserError, match=message):
         run_cli(str(tmp_path), *argv)
+
+
+def test_calls_whose_steps_overlap_are_one_level_however_their_medians_fall(tmp_path):
+    """The window's call at a median 1.3x the run's, but its steps spread over the other call's: noise, not a
+    level of its own (on a shared CPU a call's steps spread 2x and more)."""
+    kinds = ["unprofiled", "profiler-start"] + ["profiled"] * 3 + ["profiler-stop"] + ["unprofiled"] * 10
+    call2 = [50.0, 28.0, 90.0, 40.0, 40.0, 40.0, 120.0] + [14.0, 40.0, 28.0, 36.0, 30.0, 18.0, 28.0, 34.0, 16.0, 29.0]
+    call1 = [50.0] + [12.0, 30.0, 14.0, 26.0, 20.0, 16.0, 24.0, 18.0, 22.0, 21.0] * 3
+    manifest_run(tmp_path, call2, [2, 3, 4], kinds=kinds + ["unprofiled"], call1=call1)
+    a = analyze_dir(tmp_path)
+    assert a.steps.ms_per_step < 0.8 * 28.0  # the window call's level is 28 ms: outside the ratio...
+    assert finding(a, "window-not-representative") is None  # ...but not apart from the run's other steps
