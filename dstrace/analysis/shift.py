@@ -232,41 +232,41 @@ class ProfilerCost:
         return f"the profiler added {self.added_ms:.1f} ms per step ({self.ratio:.2f}x): {steps}"
 
 
-def _level_samples(manifest: Manifest, shift: Shift | None, after: bool | None) -> tuple[list[float], list[float]]:
-    """(profiled, unprofiled) decode step times of the window's call on one side of `shift` (all, without)."""
+def _level_samples(manifest: Manifest, shift: Shift | None, after: bool | None,
+                   kind: str = UNPROFILED) -> list[tuple[int, float]]:
+    """(step, ms) of the window's call's decode steps of `kind` on one side of `shift` (all, without one)."""
     w = manifest.window
     call = next((c for c in manifest.calls if w and c.index == w.call and not c.error), None)
     if call is None:
-        return [], []
-    out: dict[str, list[float]] = {PROFILED: [], UNPROFILED: []}
-    for i, ms, kind in call_steps(manifest, call):
-        if kind in out and (shift is None or (i >= shift.start) == after):
-            out[kind].append(ms)
-    return out[PROFILED], out[UNPROFILED]
+        return []
+    return [(i, ms) for i, ms, k in call_steps(manifest, call)
+            if k == kind and (shift is None or (i >= shift.start) == after)]
 
 
 def profiler_cost(manifests: dict[int, Manifest]) -> ProfilerCost | None:
-    """The profiler's cost per recorded step, from the level of the window's call that has both kinds of step
-    (the one with the most profiled steps when both have; the whole call when it has no shift)."""
+    """The profiler's cost per recorded step, from the level of the window's call that has both kinds of step,
+    at least MIN_CLEAN_STEPS of each (the one with the most profiled steps when both sides of a shift have;
+    the whole call when it has no shift). One step of a kind is one moment, not a level: no figure then."""
     windows = {r: m for r, m in manifests.items() if window_steps(m)[1]}
     if not windows:
         return None
     call = next(iter(windows.values())).window.call
-    sides: dict[str, tuple[list[float], list[float]]] = {}
+    sides: dict[str, tuple[list[tuple[int, float]], list[tuple[int, float]]]] = {}
     for m in windows.values():
         shift = next((sh for sh in call_shifts(m) if sh.call == call), None)
         for after in ((None,) if shift is None else (False, True)):
             label = ("the whole call" if shift is None else
                      f"{'from' if after else 'before'} step {shift.start}{' on' if after else ''}")
-            p, u = _level_samples(m, shift, after)
             acc = sides.setdefault(label, ([], []))
-            acc[0].extend(p)
-            acc[1].extend(u)
-    usable = [(len(p), label, p, u) for label, (p, u) in sides.items() if p and u]
+            acc[0].extend(_level_samples(m, shift, after, PROFILED))
+            acc[1].extend(_level_samples(m, shift, after, UNPROFILED))
+    usable = [(len({i for i, _ in p}), len({i for i, _ in u}), label, p, u) for label, (p, u) in sides.items()]
+    usable = [t for t in usable if min(t[0], t[1]) >= MIN_CLEAN_STEPS]
     if not usable:
         return None
-    _, label, p, u = max(usable, key=lambda t: t[0])
-    return ProfilerCost(call, float(statistics.median(p)), float(statistics.median(u)), len(p), len(u), label)
+    _, _, label, p, u = max(usable, key=lambda t: (t[0], t[1]))
+    return ProfilerCost(call, float(statistics.median(ms for _, ms in p)), float(statistics.median(ms for _, ms in u)),
+                        len(p), len(u), label)
 
 
 def level_ms(manifests: dict[int, Manifest]) -> tuple[list[float], str] | None:
@@ -283,7 +283,7 @@ def level_ms(manifests: dict[int, Manifest]) -> tuple[list[float], str] | None:
         if place.where == "straddles":
             return None
         after = None if shift is None else place.where == "after"
-        samples.extend(_level_samples(m, shift, after)[1])
+        samples.extend(ms for _, ms in _level_samples(m, shift, after))
         label = ("the whole call" if shift is None else
                  f"{'from' if after else 'before'} step {shift.start}{' on' if after else ''}")
     return (samples, label) if samples else None

@@ -23,6 +23,7 @@ def manifest_run(folder, call2: list[float], recorded: list[int], kinds: list[st
                  call1: list[float] | None = None, ranks: int = 1) -> None:
     """Call 1 a warm-up call, call 2 the timed one holding the window (`recorded`), as the issue's runs were
     recorded: without `kinds`, a manifest from before kinds were recorded."""
+    assert kinds is None or len(kinds) == len(call2)
     for rank in range(ranks):
         path = synthetic.write_manifest(str(folder), rank, world_size=ranks, step_ms=call1 or [30.0] * TAIL)
         with open(path) as f:
@@ -115,8 +116,8 @@ def test_profiler_overhead_alone_is_not_an_unrepresentative_window(tmp_path):
     the same call, the stop step 5x, the call at the run's level."""
     kinds = (["profiler-warmup", "profiler-start"] + ["profiled"] * 3 + ["profiler-stop"]
              + ["unprofiled"] * (TAIL - 6))
-    manifest_run(tmp_path, [40.0, 20.0, 20.0, 32.0, 33.0, 31.0, 100.0] + [20.0] * (TAIL - 7), [2, 3, 4],
-                 kinds=kinds + ["unprofiled"], call1=[40.0] + [20.0] * (TAIL - 1))
+    manifest_run(tmp_path, [40.0, 20.0, 32.0, 33.0, 31.0, 100.0] + [20.0] * (TAIL - 6), [2, 3, 4],
+                 kinds=kinds, call1=[40.0] + [20.0] * (TAIL - 1))
     a = analyze_dir(tmp_path)
     assert finding(a, "window-not-representative") is None
     assert a.steps.profiler_cost["profiled_ms"] == 32.0 and a.steps.profiler_cost["unprofiled_ms"] == 20.0
@@ -126,8 +127,8 @@ def test_a_window_at_another_level_is_unrepresentative_and_says_which_part_is_th
     """The window's call runs at 40 ms per unprofiled step, the other call at 20: a level of its own; its profiled
     steps at 60 ms carry 20 ms of the profiler's own on top."""
     kinds = ["unprofiled", "profiler-start"] + ["profiled"] * 3 + ["profiler-stop"] + ["unprofiled"] * (TAIL - 6)
-    manifest_run(tmp_path, [50.0, 40.0, 90.0, 60.0, 60.0, 60.0, 120.0] + [40.0] * (TAIL - 7), [2, 3, 4],
-                 kinds=kinds + ["unprofiled"], call1=[50.0] + [20.0] * (TAIL - 1) * 3)
+    manifest_run(tmp_path, [50.0, 90.0, 60.0, 60.0, 60.0, 120.0] + [40.0] * (TAIL - 6), [2, 3, 4],
+                 kinds=kinds, call1=[50.0] + [20.0] * (TAIL - 1) * 3)
     a = analyze_dir(tmp_path)
     f = finding(a, "window-not-representative")
     assert f.evidence["level_ms"] == 40.0 and f.evidence["ms_per_step"] == 20.0 and f.evidence["ratio"] == 2.0
@@ -214,10 +215,11 @@ def test_steps_against_refuses_what_it_cannot_compare(tmp_path, argv, message):
 def test_calls_whose_steps_overlap_are_one_level_however_their_medians_fall(tmp_path):
     """The window's call at a median 1.3x the run's, but its steps spread over the other call's: noise, not a
     level of its own (on a shared CPU a call's steps spread 2x and more)."""
-    kinds = ["unprofiled", "profiler-start"] + ["profiled"] * 3 + ["profiler-stop"] + ["unprofiled"] * 10
-    call2 = [50.0, 28.0, 90.0, 40.0, 40.0, 40.0, 120.0] + [14.0, 40.0, 28.0, 36.0, 30.0, 18.0, 28.0, 34.0, 16.0, 29.0]
+    kinds = ["unprofiled", "profiler-start"] + ["profiled"] * 3 + ["profiler-stop"] + ["unprofiled"] * 11
+    call2 = [50.0, 90.0, 40.0, 40.0, 40.0, 120.0] + [28.0, 14.0, 40.0, 28.0, 36.0, 30.0, 18.0, 28.0, 34.0, 16.0,
+                                                     29.0]
     call1 = [50.0] + [12.0, 30.0, 14.0, 26.0, 20.0, 16.0, 24.0, 18.0, 22.0, 21.0] * 3
-    manifest_run(tmp_path, call2, [2, 3, 4], kinds=kinds + ["unprofiled"], call1=call1)
+    manifest_run(tmp_path, call2, [2, 3, 4], kinds=kinds, call1=call1)
     a = analyze_dir(tmp_path)
     assert a.steps.ms_per_step < 0.8 * 28.0  # the window call's level is 28 ms: outside the ratio...
     assert finding(a, "window-not-representative") is None  # ...but not apart from the run's other steps
