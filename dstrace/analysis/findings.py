@@ -605,8 +605,11 @@ def window_not_representative(run: LoadedRun, steps: StepSummary | None) -> Find
     rest = list(others.elements())
     if not rest or not apart(samples, rest):
         return None  # the run's other steps overlap the window's level: one level, however its median falls
-    profiled = {r: [m.calls[c - 1].step_ms[s] for s in window_steps(m)[1]]
-                for r, m in sorted(run.manifests.items()) for c in [window_steps(m)[0]] if c}
+    profiled = {}
+    for r, m in sorted(run.manifests.items()):
+        call, shown = window_steps(m)
+        times = next((c.step_ms for c in m.calls if c.index == call), [])
+        profiled[r] = [times[s] for s in shown]
     window_ms = median_or_none([v for vs in profiled.values() for v in vs])
     w = next(m.window for m in run.manifests.values() if m.window and m.window.recorded_steps)
     shown = sorted({s for r, m in run.manifests.items() for s in window_steps(m)[1]})

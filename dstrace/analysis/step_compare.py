@@ -145,21 +145,21 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
 
 def _label(steps: list[int]) -> str:
     if not steps:
-        return "none"
-    return f"step {steps[0]}" if len(steps) == 1 else ", ".join(map(str, steps))
+        return "no step"
+    return f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps))
 
 
 def render_text(c: StepComparison) -> str:
     who = f"rank {c.rank}" if c.rank is not None else (
         f"rank {c.ranks[0]}" if len(c.ranks) == 1 else f"ranks {', '.join(map(str, c.ranks))} (median over ranks)")
     head = [f"steps {c.steps[0]}:{c.steps[1]} against {c.against[0]}:{c.against[1]}, {who}",
-            f"compared: steps {_label(c.steps_used)} against {_label(c.against_used)}"]
+            f"compared: {_label(c.steps_used)} against {_label(c.against_used)}"]
     if c.left_out:
         head.append("left out (the profiler's own start or stop): "
                     + ", ".join(f"step {s} ({k})" for s, k in sorted(c.left_out.items())))
-    if c.steps_ms is not None and c.against_ms is not None:
+    if c.steps_ms and c.against_ms is not None:
         head.append(f"traced step time: {c.steps_ms:.1f} ms against {c.against_ms:.1f} ms "
-                    f"({c.against_ms / c.steps_ms:.2f}x)" if c.steps_ms else "")
+                    f"({c.against_ms / c.steps_ms:.2f}x)")
     rows = [("item", "kind", "ms/step", "ms/step against", "change")]
     rows += [(i.name[:70], i.kind, f"{i.steps_ms:.3f}", f"{i.against_ms:.3f}", f"{i.change_ms:+.3f}") for i in c.items]
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]

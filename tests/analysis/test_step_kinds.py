@@ -194,7 +194,7 @@ def test_steps_against_compares_two_ranges_by_name(tmp_path, capsys):
     assert kernel["name"] == "void flash_fwd_kernel<64>" and kernel["change_ms"] == pytest.approx(0.0)
     assert run_cli(str(tmp_path), "--steps", "2", "--against", "5", "--rank", "0") == 0
     text = capsys.readouterr().out
-    assert "compared: steps step 2 against step 5" in text and "aten::index_select" in text
+    assert "compared: step 2 against step 5" in text and "aten::index_select" in text
 
 
 @pytest.mark.parametrize("argv, message", [
