@@ -59,7 +59,8 @@ def main() -> int:
         start, stop = f["profiler-start"], f["profiler-stop"]
         print(f"{f['run']} rank {f['rank']}: unprofiled {f['unprofiled_ms']:.1f} ms; recorded steps "
               f"{f['recorded_steps']} {f['recorded_ratio']:.2f}x; start step {start['steps']} "
-              f"{[round(r, 2) for r in start['ratio']]}x; stop step {stop['steps']} {[round(r, 2) for r in stop['ratio']]}x")
+              f"{[round(r, 2) for r in start['ratio']]}x; stop step {stop['steps']} "
+              f"{[round(r, 2) for r in stop['ratio']]}x")
     labels: dict[str, list[dict]] = {}
     for f in figures:
         labels.setdefault(os.path.basename(f["run"].rstrip("/")).rsplit("-", 1)[0], []).append(f)

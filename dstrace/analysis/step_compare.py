@@ -103,10 +103,11 @@ def _per_step(work: list[dict], steps: list[int]) -> dict[tuple[str, str], float
 def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, int],
                   rank: int | None = None, top: int = TOP_ITEMS) -> StepComparison:
     """The two ranges compared on `rank`, or on every rank with traced steps (medians over them)."""
-    ranks = [rank] if rank is not None else sorted(r for r, t in run.traces.items() if t.reduced.step_work)
-    if rank is not None and (rank not in run.traces or not run.traces[rank].reduced.step_work):
+    stepped = sorted(r for r, t in run.traces.items() if t.reduced.step_work)
+    ranks = [rank] if rank is not None else stepped
+    if rank is not None and rank not in stepped:
         raise UserError(f"rank {rank} has no traced steps here (ranks with some: "
-                        f"{', '.join(map(str, sorted(r for r, t in run.traces.items() if t.reduced.step_work))) or 'none'})")
+                        f"{', '.join(map(str, stepped)) or 'none'})")
     if not ranks:
         raise UserError("no traced steps to compare: the traces hold no dstrace/step or ProfilerStep ranges "
                         "(read from rank summaries? use --source traces)")

@@ -171,7 +171,7 @@ def test_one_iteration_seen_by_eight_ranks_is_one_step(tmp_path):
     assert "median of 8 profiled" not in text
 
 
-# ---- dstrace analyze --steps A:B --against C:D -------------------------------------------------------------------------
+# ---- dstrace analyze --steps A:B --against C:D ---------------------------------------------------------------
 def run_cli(*argv) -> int:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
