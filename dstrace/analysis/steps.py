@@ -157,10 +157,12 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
     if timing is None and not manifest_ms:
         return None
     per_rank = {}
-    decode = clean_trace_steps(run, decode_steps(steps, source)) if not steps.empty else steps
+    decode = decode_steps(steps, source) if not steps.empty else steps
+    # counts are of every traced step (the traces' totals are divided by them); times leave the profiler's out
+    clean = clean_trace_steps(run, decode)
     gathered, gathered_source = gathered_per_step(run, decode, coll) if not decode.empty else (pd.Series(dtype=float), None)
     for rank, g in decode.groupby("rank"):
-        entry = {"count": int(len(g)), "ms_median": float(g["ms"].median())}
+        entry = {"count": int(len(g)), "ms_median": float(clean.loc[clean["rank"] == rank, "ms"].median())}
         if len(gathered):
             mine = gathered[[k for k in gathered.index if k[0] == rank]]
             if len(mine):
@@ -175,7 +177,7 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
                         "ms_median": float(statistics.median([x for c in calls for x in c]))}
                     for r, calls in sorted(by_rank.items()) if any(calls)}
     else:
-        count, ms_median = int(decode["step"].nunique()), float(decode["ms"].median())
+        count, ms_median = int(decode["step"].nunique()), float(clean["ms"].median())
     if not len(gathered):
         by_rank_gathered = {r: [b for c in m.calls
                                 for b in (c.gathered_bytes[1:] if len(c.gathered_bytes) > 1 else c.gathered_bytes)]

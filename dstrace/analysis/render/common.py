@@ -151,7 +151,7 @@ def steps_line(a: Analysis) -> str | None:
         line = "no profiled steps in the traces"
     else:
         line = (f"profiled window: {s.count} {noun} per call and rank, median {s.ms_median:.1f} ms/step "
-                f"({s.source}, profiler overhead included, its start and stop steps left out)")
+                f"({s.source}, profiler overhead included; steps where it started or stopped left out of the median)")
     if s.profiler_cost:
         line += f"; {s.profiler_cost['line']}"
     if s.gathered_bytes_median is not None:
