@@ -20,7 +20,7 @@ from . import ranges
 from .overrides import device_memory_bytes
 from ..runfolder.names import manifest_path, safe_name
 from ..runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, to_json, write_json_atomic
-from .window import GENERATE_TRIGGER, ITERATION_TRIGGERS, TIME_TRIGGER, ProfilerWindow, Span, WindowOptions
+from .window import ITERATION_TRIGGERS, TIME_TRIGGER, ProfilerWindow, Span, WindowOptions
 
 ENV_RUN_DIR = "DSTRACE_RUN_DIR"
 ENV_RUN_ID = "DSTRACE_RUN_ID"
@@ -164,8 +164,7 @@ class RankSession:
             call.wall_s = round(wall_s, 6)
             if error is not None:
                 call.error = f"{type(error).__name__}: {error}"[:500]
-            if self.window.record.trigger == GENERATE_TRIGGER:
-                self.window.stop()
+            if self.window.call_ended():
                 self.export_window()  # after the call, so writing the trace is not timed inside it
         self.flush()
 
@@ -174,8 +173,8 @@ class RankSession:
         if call is None:
             return None
         step = len(self._step_starts)
-        self._step_starts.append(time.perf_counter())  # before the profiler starts: its cost is in-window
-        self.window.before_step(call.index, step)
+        self._step_starts.append(time.perf_counter())  # before the profiler acts: its cost is in this step
+        call.step_kinds.append(self.window.before_step(call.index, step))
         call.gathered_bytes.append(0)
         return ranges.Range(f"step#{step}")
 
@@ -183,7 +182,9 @@ class RankSession:
         if opened is not None:
             opened.close()
         if self._call is not None:
-            self.window.after_step(self._call.index, len(self._step_starts) - 1)
+            kind = self.window.after_step(self._call.index, len(self._step_starts) - 1)
+            if kind is not None and self._call.step_kinds:
+                self._call.step_kinds[-1] = kind
 
     # ---- iterations and time ----------------------------------------------------------------------
     def iteration(self, trigger: str) -> None:

@@ -33,7 +33,7 @@ from typing import Callable
 
 from ..runfolder.files import atomic_file
 from . import ranges
-from ..runfolder.records import Window
+from ..runfolder.records import STEP_KINDS, Window
 
 MODES = ("full", "annotate")
 GENERATE_TRIGGER = "generate step"
@@ -106,6 +106,7 @@ class ProfilerWindow:
         self._opened = self._closed = None  # perf_counter at the profiler's start and stop
         self._marker_slack_us = 0.0
         self._step_range = None  # the open ProfilerStep#n of an iteration window
+        self._warmed = False  # made ready in a generation call's warm-up step, not recording yet
 
     @property
     def active(self) -> bool:
@@ -168,19 +169,54 @@ class ProfilerWindow:
         self.record.recorded_steps = []
 
     # ---- generate steps ------------------------------------------------------------------------
+    # torch.profiler's schedule (wait, warmup, active) done by hand on the step hooks, so that neither the start
+    # nor the stop lands in a recorded step: prepare_trace (warm-up) at the end of step start-2, start_trace at
+    # the end of step start-1 (after its step range closed: the trace holds the window's steps only), steps
+    # start..start+steps-1 recorded, stop_trace at the beginning of step start+steps (before its range opens), or
+    # after the call when it ends first. A step's time runs from its start to the next step's start, so each
+    # cost falls in the step it runs in, which the manifest marks (`step_kinds`). Not `profile(schedule=...)`
+    # itself: its `step()` is the job's own profiler's trigger, and it exports inside the stop step. A window
+    # from step 0 has no step before it: the profiler starts in step 0, which is then both started and recorded.
     def wants(self, call: int, step: int) -> bool:
         o = self.options
         return (o.mode == "full" and not self.taken and call == o.call and o.start <= step < o.start + o.steps)
 
-    def before_step(self, call: int, step: int) -> None:
-        if self.wants(call, step):  # an open time-based window gives way (`_open`)
-            self._open(GENERATE_TRIGGER)
+    def before_step(self, call: int, step: int) -> str:
+        """What the profiler does as this step begins, done now: the step's kind (one of STEP_KINDS)."""
+        o = self.options
+        if self.record.trigger == GENERATE_TRIGGER and self.active and step >= o.start + o.steps:
+            self.stop()
+            return STEP_KINDS[4]
+        if step == 0 and o.start == 0 and self.wants(call, step) and self._open(GENERATE_TRIGGER):
+            return STEP_KINDS[2]
+        return STEP_KINDS[3] if self.active else STEP_KINDS[0]
 
-    def after_step(self, call: int, step: int) -> None:
+    def after_step(self, call: int, step: int) -> str | None:
+        """What the profiler does as this step ends, done now: the step's kind when it did something."""
+        o = self.options
         if self.active and self.record.trigger == GENERATE_TRIGGER:
-            self.record.recorded_steps.append(step)
-            if step >= self.options.start + self.options.steps - 1:
-                self.stop()
+            if o.start <= step < o.start + o.steps:
+                self.record.recorded_steps.append(step)
+            return None
+        if not self.wants(call, step + 1) and not self.wants(call, step + 2):
+            return None
+        if step + 2 == o.start and self._prof is None and self._prepare():
+            self._warmed = True
+            return STEP_KINDS[1]
+        if step + 1 == o.start and self._open(GENERATE_TRIGGER):
+            return STEP_KINDS[2]
+        return None
+
+    def call_ended(self) -> bool:
+        """At the end of a generation call: stop the generate window (True: the caller exports it now), or drop
+        a profiler made ready for a window the call did not reach."""
+        if self.record.trigger == GENERATE_TRIGGER:
+            self.stop()
+            return True
+        if self._warmed and not self._started:
+            self._discard()
+        self._warmed = False
+        return False
 
     # ---- iterations ----------------------------------------------------------------------------
     def iteration(self, trigger: str, index: int) -> bool:

@@ -80,6 +80,14 @@ class GenerationCall:
     error: str | None = None
     input_sha256: list[str] = field(default_factory=list)  # per generate() in the call: its input token ids hashed
     output_sha256: list[str] = field(default_factory=list)  # per generate() in the call: the token ids it returned
+    step_kinds: list[str] = field(default_factory=list)  # per forward, one of STEP_KINDS (empty: recorded before)
+
+
+STEP_KINDS = ("unprofiled", "profiler-warmup", "profiler-start", "profiled", "profiler-stop")
+"""What the profiler did in a forward step: nothing; made ready (torch.profiler's warm-up: prepare_trace); started
+recording (start_trace, in the step before the window); recorded it (a window step); stopped (stop_trace, in the
+step after the window). Only `unprofiled` and `profiled` steps are times of the job's work; the other three carry
+the profiler's own start and stop costs."""
 
 
 @dataclass
