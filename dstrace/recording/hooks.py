@@ -18,7 +18,7 @@ import re
 import sys
 import time
 
-from . import ranges, session
+from . import ranges, session, window
 from .inventory import take_inventory
 from .window import Span
 from ..runfolder.records import DeepSpeedCall, TPRequest
@@ -421,6 +421,30 @@ def patch_profiler(module) -> None:
     _wrap(module.profile, "step", _boundary_after("profiler.step"))
 
 
+def patch_autograd_profiler(module) -> None:
+    """Every torch profiler (torch.profiler.profile, torch.autograd.profiler.profile, a schedule's warm-up) is
+    made ready in autograd's `profile._prepare_trace`: when the job's own gets there, dstrace's window gives
+    way first (`RankSession.stand_aside`), since two profilers in one process end in a segfault."""
+    def make(original):
+        def _prepare_trace(self, *args, **kwargs):
+            s = session.current()
+            if s is not None and not window.preparing:
+                with s.guard("stand aside"):
+                    s.stand_aside(f"{type(self).__module__}.{type(self).__qualname__}, {_job_frame()}")
+            return original(self, *args, **kwargs)
+        return _prepare_trace
+
+    _wrap(module.profile, "_prepare_trace", make)
+
+
+def _job_frame() -> str:
+    """`file:line` of the job's code that called into torch's profiler: the first frame outside torch and dstrace."""
+    frame = sys._getframe(1)
+    while frame is not None and re.search(r"[/\\](torch|dstrace)[/\\]", frame.f_code.co_filename):
+        frame = frame.f_back
+    return "at an unknown place" if frame is None else f"at {frame.f_code.co_filename}:{frame.f_lineno}"
+
+
 def patch_tensor_parallel(module) -> None:
     """torch-native TP: the inventory of the module `parallelize_module` returns, its weights now DTensors
     (parallelize the whole model in one call for a whole inventory; the last call's module is the one kept)."""
@@ -514,6 +538,7 @@ PATCHES = {
     "torch.distributed.fsdp._fully_shard._fsdp_state": patch_fsdp2,
     "torch.distributed.fsdp.fully_sharded_data_parallel": patch_fsdp1,
     "torch.profiler.profiler": patch_profiler,
+    "torch.autograd.profiler": patch_autograd_profiler,
     "torch.distributed.tensor.parallel.api": patch_tensor_parallel,
     "torch.distributed.distributed_c10d": patch_collectives,
     "torch.nn.modules.module": patch_parameter_registration,

@@ -262,7 +262,9 @@ def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:
 
 
 def _run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run the command; pass SIGTERM/SIGHUP on, and let Ctrl-C reach it as it would without dstrace."""
+    """Run the command; pass SIGTERM/SIGHUP on, and let Ctrl-C reach it as it would without dstrace. A signal
+    ignored when `record` started (SIGHUP under nohup) stays ignored: the command inherits SIG_IGN, as it would
+    have, and `record` passes on none."""
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as e:
@@ -274,7 +276,8 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
         forwarded.setdefault("at", time.monotonic())
         child.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *a: None)  # the terminal sends it to the child too
     try:
         while True:
@@ -366,6 +369,12 @@ def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
 
 def window_text(w: Window) -> str:
     """Which trigger opened a rank's window and what it covered, as `record` prints it."""
+    if w.stood_aside:
+        return f"{_window_text(w)}; then dstrace stood aside: {w.stood_aside}"
+    return _window_text(w)
+
+
+def _window_text(w: Window) -> str:
     if w.trigger == TIME_TRIGGER:
         return (f"time: {w.seconds:g} s at module or collective calls, {w.after_s:g} s after recording started, "
                 "once the profiler was ready")
