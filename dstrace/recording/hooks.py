@@ -37,6 +37,15 @@ def _wrap(owner, attr: str, make):
     setattr(owner, attr, wrapper)
 
 
+def _passing_through(error: BaseException) -> None:
+    """Take the calling wrapper's frame off the traceback of an exception the wrapped function raised, so that
+    the job's traceback holds no dstrace frame it would not have had; the wrapper's bare `raise` (which adds no
+    frame of its own) then passes it on."""
+    tb = error.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        error.__traceback__ = tb.tb_next
+
+
 # ---- DeepSpeed configs -------------------------------------------------------------------------
 def snapshot_config(config):
     """The config exactly as passed, as JSON: a dict copied, a path recorded with the file's content."""
@@ -100,6 +109,7 @@ def _deepspeed_api(name: str, config_of, returns_model: bool = True):
             try:
                 result = original(*args, **kwargs)
             except BaseException as e:
+                _passing_through(e)
                 r.close()
                 if call is not None:
                     call.wall_s = round(time.perf_counter() - t0, 6)
@@ -159,13 +169,20 @@ def patch_zero_init(module) -> None:
         def __enter__(self, *a, **k):
             self.__dict__.setdefault("_dstrace_open", []).append((ranges.Range("deepspeed.zero.Init context"),
                                                                   time.perf_counter()))
-            return original(self, *a, **k)
+            try:
+                return original(self, *a, **k)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return __enter__
 
     def make_exit(original):
         def __exit__(self, *a, **k):
             try:
                 return original(self, *a, **k)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             finally:
                 opened = self.__dict__.get("_dstrace_open")
                 if opened:
@@ -209,13 +226,24 @@ def patch_param_coordinator(module) -> None:
             def wrapper(self, submodule, *args, **kwargs):
                 s = session.get()
                 if s is None:
-                    return original(self, submodule, *args, **kwargs)
+                    try:
+                        return original(self, submodule, *args, **kwargs)
+                    except BaseException as e:
+                        _passing_through(e)
+                        raise
                 s.manifest.zero3[counter] += 1
                 if not ranges.active:
-                    return original(self, submodule, *args, **kwargs)
+                    try:
+                        return original(self, submodule, *args, **kwargs)
+                    except BaseException as e:
+                        _passing_through(e)
+                        raise
                 r = ranges.Range(_range_name(submodule, kind))
                 try:
                     return original(self, submodule, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
                 finally:
                     r.close()
             return wrapper
@@ -225,7 +253,11 @@ def patch_param_coordinator(module) -> None:
         def wrapper(self, params, *args, **kwargs):
             s = session.get()
             if s is None:
-                return original(self, params, *args, **kwargs)
+                try:
+                    return original(self, params, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             nbytes = 0
             try:  # inline rather than s.guard(): a context manager per gather costs more than the sizing
                 status = module.ZeroParamStatus.NOT_AVAILABLE
@@ -234,10 +266,17 @@ def patch_param_coordinator(module) -> None:
             except Exception as e:  # noqa: BLE001 - recording must never break the job
                 s.note_failure("zero3 gathered bytes", e)
             if not ranges.active:
-                return original(self, params, *args, **kwargs)
+                try:
+                    return original(self, params, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             r = ranges.Range(f"zero3.allgather bytes={nbytes}")
             try:
                 return original(self, params, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             finally:
                 r.close()
         return wrapper
@@ -266,7 +305,11 @@ def _generation_api(api: str):
         def wrapper(self, *args, **kwargs):
             s = session.get()
             if s is None:
-                return original(self, *args, **kwargs)
+                try:
+                    return original(self, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             call, handles = None, []
             with s.guard(f"{api} begin"):
                 call = s.begin_call(api, self)
@@ -281,6 +324,7 @@ def _generation_api(api: str):
             try:
                 output = original(self, *args, **kwargs)
             except BaseException as e:
+                _passing_through(e)
                 error = e
                 raise
             finally:
@@ -332,7 +376,11 @@ def patch_modeling(module) -> None:
     """Every HF model runs post_init() at the end of its __init__: the place to find a chat()."""
     def make(original):
         def post_init(self, *args, **kwargs):
-            result = original(self, *args, **kwargs)
+            try:
+                result = original(self, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             s = session.get()
             if s is not None:
                 with s.guard("chat instrumentation"):
@@ -352,7 +400,11 @@ def patch_hf_deepspeed_config(module) -> None:
                     snap = snapshot_config(config_file_or_dict)
                     s.manifest.hf_deepspeed_config = snap
                     s.manifest.tp_requested.extend(tp_requests(snap, "HfDeepSpeedConfig"))
-            return original(self, config_file_or_dict, *args, **kwargs)
+            try:
+                return original(self, config_file_or_dict, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return __init__
 
     _wrap(module.HfDeepSpeedConfig, "__init__", make)
@@ -376,7 +428,11 @@ def patch_optimizer(module) -> None:
 def _boundary_after(trigger: str):
     def make(original):
         def wrapper(*args, **kwargs):
-            result = original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             _boundary(trigger)
             return result
         return wrapper
@@ -390,7 +446,11 @@ def _boundary_before(trigger: str, model_of, counts=lambda self: True):
         def wrapper(self, *args, **kwargs):
             if counts(self):
                 _boundary(trigger, model_of(self, args))
-            return original(self, *args, **kwargs)
+            try:
+                return original(self, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return wrapper
     return make
 
@@ -431,7 +491,11 @@ def patch_autograd_profiler(module) -> None:
             if s is not None and not window.preparing:
                 with s.guard("stand aside"):
                     s.stand_aside(f"{type(self).__module__}.{type(self).__qualname__}, {_job_frame()}")
-            return original(self, *args, **kwargs)
+            try:
+                return original(self, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return _prepare_trace
 
     _wrap(module.profile, "_prepare_trace", make)
@@ -450,7 +514,11 @@ def patch_tensor_parallel(module) -> None:
     (parallelize the whole model in one call for a whole inventory; the last call's module is the one kept)."""
     def make(original):
         def parallelize_module(*args, **kwargs):
-            result = original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             s = session.get()
             if s is not None:
                 with s.guard("parallelize_module inventory"):
@@ -499,11 +567,19 @@ def patch_collectives(module) -> None:
     def make(original):
         def collective(*args, **kwargs):
             if compiling():
-                return original(*args, **kwargs)
+                try:
+                    return original(*args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             tick = session.collective_tick
             if tick is not None:
                 tick()
-            return original(*args, **kwargs)
+            try:
+                return original(*args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return collective
 
     for name in COLLECTIVES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -320,8 +321,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
             continue
         status = m.status if m.status != "running" else "crashed"
         if status != "complete":
-            detail = (f": {m.exit_error.get('type')}: {str(m.exit_error.get('message'))[:200]}"
-                      if m.exit_error else "")
+            detail = f": {exception_text(m.exit_error)}" if m.exit_error else ""
             run.problems.append(f"rank {m.rank} {status}{detail}")
         lost = list(m.lost)
         if m.window and m.window.trace_file and m.window.trace_file not in traces.get(m.rank, []):
@@ -398,8 +398,27 @@ def _unrecorded(run_dir: str) -> list[str]:
     return out
 
 
+def exception_text(error: dict) -> str:
+    """An exception as Python prints its last line: `Type: message`, or `Type` alone for an empty message."""
+    message = error.get("message")
+    return f"{error.get('type')}: {message}" if message not in (None, "") else str(error.get("type"))
+
+
+_RANK_ENDED = re.compile(r"rank \d+ (failed|crashed|interrupted|terminated)\b")
+MESSAGE_LINES = 12
+"""Lines of a crashed rank's message printed after its first (whole, however long); run.json holds them all."""
+
+
 def _report(run: RunRecord, run_dir: str) -> None:
+    """The summary, then how each rank that did not complete ended (its exception as the job printed it),
+    then what each rank recorded or why it did not, then the other problems."""
     traces = sum(len(r.traces) for r in run.ranks)
     say(f"{run.status} run: {len(run.ranks)} rank(s) of world {run.world_size}, {traces} trace(s), in {run_dir}")
-    for line in run.notes + run.problems:
-        say(line)
+    ended = [p for p in run.problems if _RANK_ENDED.match(p)]
+    for text in ended + run.notes + [p for p in run.problems if p not in ended]:
+        first, *rest = text.split("\n")
+        say(first)
+        for line in rest[:MESSAGE_LINES]:
+            say(f"  {line.expandtabs()}")
+        if len(rest) > MESSAGE_LINES:
+            say(f"  ({len(rest) - MESSAGE_LINES} more line(s) in the rank's manifest)")
