@@ -266,3 +266,22 @@ def test_a_run_folder_named_with_a_newline_and_a_backslash_keeps_its_trace(tmp_p
     (m,) = manifests(run_dir).values()
     assert m["lost"] == [] and os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]
     assert sorted(os.listdir(tmp_path)) == sorted(["job.py", "new\nline\\back"])
+
+
+def test_a_running_recording_is_not_said_to_have_ended(tmp_path):
+    """analyze on a recording still running said "the rank ended before the time-based window"."""
+    job = _job(tmp_path, "import time, torch\ntorch.nn.Linear(2, 2)(torch.ones(2))\ntime.sleep(60)\n")
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, job, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (os.path.isdir(run_dir) and manifests(run_dir)):
+            time.sleep(0.1)
+        r = subprocess.run([tool("dstrace"), "analyze", run_dir], env=cpu_env(), cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert "Traceback" not in r.stderr
+    assert "the rank had not ended when its manifest was last written" in r.stderr, r.stderr
+    assert "ended before" not in r.stderr
