@@ -18,7 +18,7 @@ import re
 import sys
 import time
 
-from . import ranges, session, window
+from . import ranges, session
 from .inventory import take_inventory
 from .window import Span
 from ..runfolder.records import DeepSpeedCall, TPRequest
@@ -488,7 +488,7 @@ def patch_autograd_profiler(module) -> None:
     def make(original):
         def _prepare_trace(self, *args, **kwargs):
             s = session.current()
-            if s is not None and not window.preparing:
+            if s is not None and not s.window.owns(sys._getframe(1).f_locals.get("self")):
                 with s.guard("stand aside"):
                     s.stand_aside(f"{type(self).__module__}.{type(self).__qualname__}, {_job_frame()}")
             try:

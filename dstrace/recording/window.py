@@ -58,8 +58,6 @@ _UNSAFE_FOR_KINETO = re.compile(r'[\x00-\x1f\x7f"\\]')
 kineto_started = False
 """Whether dstrace made a profiler ready in this process: Kineto's config loader then runs a thread that a
 fork's child does not have, and the child hangs at exit joining it (`session` works around it)."""
-preparing = False
-"""True while dstrace makes its own profiler ready: the job's own profilers are the others (`stand_aside`)."""
 
 
 @dataclass
@@ -139,16 +137,13 @@ class ProfilerWindow:
 
         if torch.autograd.profiler._is_profiler_enabled:
             return False
+        global kineto_started
+        kineto_started = True
         gpu = torch.cuda.is_available()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
         # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
-        global kineto_started, preparing
         self._prof = profile(activities=activities, record_shapes=not gpu)
-        kineto_started = preparing = True
-        try:
-            self._prof.prepare_trace()
-        finally:
-            preparing = False
+        self._prof.prepare_trace()
         self._gpu = gpu
         return True
 
@@ -176,6 +171,10 @@ class ProfilerWindow:
         self._prof.add_metadata_json("dstrace", json.dumps(self.metadata()))
         ranges.set_profiling(True)
         return True
+
+    def owns(self, profiler) -> bool:
+        """Whether `profiler` (a torch.profiler.profile) is this window's: the job's own are the others."""
+        return profiler is not None and profiler is self._prof
 
     def stand_aside(self, reason: str) -> bool:
         """The job starts a torch.profiler of its own: only one may run in a process (two end in a segfault),
