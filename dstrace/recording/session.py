@@ -70,8 +70,7 @@ class RankSession:
         self.spans: list[Span] = []  # DeepSpeed entry points and generation calls: shown around the window
         self._call_span: Span | None = None
         self._time_hook = None
-        self.exporting = False  # a trace is being written on this thread (`export_window`)
-        self.deferred: list[int] = []  # signals that came while it was: delivered once it is whole
+        self.deferred: list[int] = []  # signals that came while dstrace wrote (`signals_held`)
         if window.mode == "full":
             threading.Thread(target=self._await_time_window, name="dstrace-window-timer", daemon=True).start()
 

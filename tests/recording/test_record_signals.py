@@ -201,14 +201,14 @@ def test_ctrl_c_twice_while_the_trace_is_written_at_exit_keeps_it_whole(tmp_path
 
 
 def test_ranks_keep_their_traces_when_torchrun_ends_them_after_one_rank_failed(tmp_path):
-    """Rank 1 fails while rank 0 writes; torchrun then sends SIGTERM to rank 0: its trace is whole."""
+    """Rank 1 dies while rank 0 writes; torchrun then sends SIGTERM to rank 0: its trace is whole."""
     run_dir = str(tmp_path / "run")
     proc = _start(run_dir, tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
-                  "--monitor-interval", "0.05", LONG_EXPORT, "--ops", "1500", "--crash-rank", "1", "--after", "60")
+                  "--monitor-interval", "0.05", LONG_EXPORT, "--ops", "3000", "--crash-rank", "1", "--after", "60")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode != 0
     ms = manifests(run_dir)
-    assert ms[1]["status"] == "failed" and ms[0]["status"] == "terminated", err[-3000:]
+    assert ms[1]["status"] == "running" and ms[0]["status"] == "terminated", err[-3000:]
     assert ms[0]["lost"] == []
     assert os.path.basename(_whole_trace(run_dir, 0)) == ms[0]["window"]["trace_file"]
     assert "rank 0: no trace" not in err

@@ -1,8 +1,8 @@
 """A job whose window's trace takes a while to write: many small ops in each profiled iteration (the window
 follows optimizer.step, iterations 2-4, and is written inside the step that ends iteration 4).
 
---crash-rank R: rank R raises once another rank has begun writing its trace (torchrun then sends SIGTERM to
-every other rank). --after S: sleep S seconds after the loop. --interrupt-wait: wait in the window for a
+--crash-rank R: rank R dies (os._exit(3)) once another rank has begun writing its trace (torchrun then sends
+SIGTERM to every other rank). --after S: sleep S seconds after the loop. --interrupt-wait: wait in the window for a
 Ctrl-C (KeyboardInterrupt ends the job, and the trace is written at exit).
 """
 import argparse
@@ -41,7 +41,8 @@ for i in range(8):
     if args.crash_rank == rank and i == 4:
         while not another_rank_writing():
             time.sleep(0.005)
-        raise RuntimeError(f"rank {rank} fails while another rank writes its trace")
+        print(f"rank {rank} dies while another rank writes its trace", flush=True)
+        os._exit(3)
 print(f"loop done on rank {rank}", flush=True)
 time.sleep(args.after)
 sys.exit(0)
