@@ -406,7 +406,8 @@ def exception_text(error: dict) -> str:
 
 _RANK_ENDED = re.compile(r"rank \d+ (failed|crashed|interrupted|terminated)\b")
 MESSAGE_LINES = 12
-"""Lines of a crashed rank's message printed after its first (whole, however long); run.json holds them all."""
+"""Lines of a crashed rank's message printed after its first (whole, however long); run.json and the rank's
+manifest hold them all."""
 
 
 def _report(run: RunRecord, run_dir: str) -> None:

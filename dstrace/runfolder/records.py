@@ -91,7 +91,7 @@ class Window:
     after_s: float | None = None  # the time-based window falls due this long after recording started...
     seconds: float | None = None  # ...and lasts this long, when no iterative trigger came first
     iterations: dict[str, int] = field(default_factory=dict)  # iteration boundaries seen, per trigger
-    stood_aside: str | None = None  # why dstrace gave way to the job's own torch.profiler, and when
+    stood_aside: str | None = None  # why dstrace gave way to the job's own torch.profiler, and where
 
 
 @dataclass
