@@ -2,6 +2,7 @@
 dstrace, and each rank's trace is whole or recorded as lost with the reason (tests/recording/CASES.md)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -115,20 +116,35 @@ def test_a_fork_after_the_window_opened_exits_and_writes_nothing(tmp_path):
         print("child exited with", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), flush=True)
 """))
     run_dir = str(tmp_path / "run")
-    r = _record(run_dir, sys.executable, job, timeout=120)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "child exited with 5" in r.stdout
-    deadline = time.time() + 30
-    while time.time() < deadline and not done.exists():
-        time.sleep(0.1)
-    daemon = int(done.read_text())
-    while time.time() < deadline and os.path.exists(f"/proc/{daemon}") and \
-            open(f"/proc/{daemon}/stat").read().split(")")[-1].split()[0] != "Z":
-        time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{daemon}") or "Z" in open(f"/proc/{daemon}/stat").read().split(")")[-1][:3]
+    proc = _start(run_dir, sys.executable, job, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+        deadline = time.time() + 30
+        while time.time() < deadline and not done.exists():
+            time.sleep(0.1)
+        daemon = int(done.read_text())
+        while time.time() < deadline and _running(daemon):
+            time.sleep(0.1)
+        assert not _running(daemon)
+    finally:  # a hung child or daemon would outlive the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if done.exists() and _running(int(done.read_text())):
+            os.kill(int(done.read_text()), signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    assert "child exited with 5" in out
     (m,) = manifests(run_dir).values()
     assert m["status"] == "complete" and m["window"]["recorded_steps"] == [2, 3, 4]
     _whole_trace(run_dir)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_fork_pool_used_in_the_window_and_terminated_writes_one_trace(tmp_path):
