@@ -28,6 +28,7 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -51,6 +52,12 @@ clock meets the trace's. Its end is the meeting point: the first range of a prof
 so inside itself."""
 _MARKER_EVENT = re.compile(rb'"name": "' + re.escape(MARKER.encode()) + rb'",\s*"pid": (\d+),\s*"tid": (\d+),\s*"ts": ([\d.]+),\s*"dur": ([\d.]+)')
 _EVENTS_OPEN = re.compile(rb'"traceEvents":\s*\[')
+_UNSAFE_FOR_KINETO = re.compile(r'[\x00-\x1f\x7f"\\]')
+"""Characters Kineto does not keep in a trace's path (it escapes them, and renames to the escaped name)."""
+
+kineto_started = False
+"""Whether dstrace made a profiler ready in this process: Kineto's config loader then runs a thread that a
+fork's child does not have, and the child hangs at exit joining it (`session` works around it)."""
 
 
 @dataclass
@@ -114,9 +121,14 @@ class ProfilerWindow:
         return self._prof is not None and self._started and not self._done
 
     @property
+    def recorded(self) -> bool:
+        """Holds a recording not yet written (open, or stopped awaiting `export`)."""
+        return self._prof is not None and self._started
+
+    @property
     def taken(self) -> bool:
         """A window opened by a trigger other than time: nothing else may open one."""
-        return self.record.trigger not in (None, TIME_TRIGGER)
+        return self.record.trigger not in (None, TIME_TRIGGER) or self.record.stood_aside is not None
 
     def _prepare(self) -> bool:
         """Make the profiler ready (Kineto and, on a GPU, CUPTI: seconds the first time on an H200) without
@@ -126,6 +138,8 @@ class ProfilerWindow:
 
         if torch.autograd.profiler._is_profiler_enabled:
             return False
+        global kineto_started
+        kineto_started = True
         gpu = torch.cuda.is_available()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
         # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
@@ -158,6 +172,31 @@ class ProfilerWindow:
         self._prof.add_metadata_json("dstrace", json.dumps(self.metadata()))
         ranges.set_profiling(True)
         return True
+
+    def owns(self, profiler) -> bool:
+        """Whether `profiler` (a torch.profiler.profile) is this window's: the job's own are the others."""
+        return profiler is not None and profiler is self._prof
+
+    def stand_aside(self, reason: str) -> bool:
+        """The job starts a torch.profiler of its own: only one may run in a process (two end in a segfault),
+        so dstrace's window ends here and never opens again. True when it had recorded, to be written now."""
+        if self.record.stood_aside is not None:
+            return False
+        self.record.stood_aside = reason
+        if self._prof is None:
+            return False
+        recorded = self._started
+        self.stop()
+        if not recorded:  # made ready for a time-based window, never recording: nothing to write
+            self._prof = None
+            self.record.trigger = None
+        return recorded
+
+    def abandon(self) -> None:
+        """In a fork's child: the profiler is the parent's; the child neither stops nor writes it."""
+        self._prof = self._step_range = None
+        self._done = True
+        ranges.set_profiling(False)
 
     def _discard(self) -> None:
         """Drop the time-based window, unwritten: a better trigger came."""
@@ -310,7 +349,8 @@ class ProfilerWindow:
         fd, raw = tempfile.mkstemp(prefix=f".{name}.", suffix=".json.tmp", dir=run_dir)  # a name no link can hold
         os.close(fd)
         try:
-            prof.export_chrome_trace(raw)
+            with _kineto_safe_dir(run_dir) as where:
+                prof.export_chrome_trace(os.path.join(where, os.path.basename(raw)))
             if not _ends_a_json_object(raw):  # Kineto reports a failed write (a full disk) only in its log
                 raise OSError(f"the profiler could not write its trace {raw} (is the disk full?)")
             extra = self._around_events(_marker_event(raw), around)
@@ -356,6 +396,21 @@ class ProfilerWindow:
             out.append({"ph": "X", "cat": "user_annotation", "name": ranges.PREFIX + span.name, "pid": pid,
                         "tid": tid, "ts": trace_us(lo), "dur": round((hi - lo) * 1e6, 3), "args": args})
         return out
+
+
+@contextmanager
+def _kineto_safe_dir(run_dir: str):
+    """The run folder as a path Kineto writes to unchanged: a folder whose path holds a newline, a quote or
+    a backslash is reached through /proc/self/fd (Kineto would write its trace elsewhere, under the escaped
+    name)."""
+    if not _UNSAFE_FOR_KINETO.search(run_dir):
+        yield run_dir
+        return
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 def _marker_event(raw: str) -> tuple[int, int, float, float] | None:

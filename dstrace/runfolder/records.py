@@ -102,6 +102,7 @@ class Window:
     after_s: float | None = None  # the time-based window falls due this long after recording started...
     seconds: float | None = None  # ...and lasts this long, when no iterative trigger came first
     iterations: dict[str, int] = field(default_factory=dict)  # iteration boundaries seen, per trigger
+    stood_aside: str | None = None  # why dstrace gave way to the job's own torch.profiler, and where
 
 
 @dataclass
@@ -147,6 +148,13 @@ def why_no_trace(m: Manifest) -> str | None:
         return None
     if w.mode == "annotate":
         return "annotate mode records ranges and timings, no trace (use --mode full for one)"
+    if m.status == "running":
+        return ("the rank had not ended when its manifest was last written: it is still running, or it was "
+                "killed before it could write its files")
+    if w.stood_aside:
+        return f"dstrace stood aside: {w.stood_aside}"
+    if w.trigger is not None:  # the window opened: its trace was lost (`lost` says why) or never written
+        return "the window opened but its trace was not written" + ("" if m.lost else " (the rank ended first)")
     wanted = f"the window (call {w.call}, steps {w.start}-{w.start + w.steps - 1}) was never reached"
     if not m.calls and w.after_s is None and w.mode == "full" and not w.iterations:
         return f"{wanted}: no chat()/generate() call ran"  # recorded by a dstrace that followed generate() only
