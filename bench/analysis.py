@@ -26,6 +26,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -109,7 +110,8 @@ def main() -> None:
     compileall.compile_dir(os.path.join(REPO, "dstrace"), quiet=1)
     folder = os.path.abspath(args.folder)
     py = sys.executable
-    analyze = [py, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", os.devnull]
+    report = os.path.join(tempfile.mkdtemp(prefix="dstrace-bench-report-"), "report.json")  # a file, never a device
+    analyze = [py, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", report]
     commands = {"orjson": [py, os.path.join(HERE, "json_floor.py"), folder],
                 "hta": [py, os.path.join(HERE, "hta_alone.py"), folder], "first": analyze,
                 "first2": analyze + ["--parse-workers", "2"], "cached-parse": analyze, "second": analyze}

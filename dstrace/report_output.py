@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .runfolder.files import write_text_atomic
+from .runfolder.files import write_output
 from .say import terminal_safe
 from .errors import UserError
 
@@ -23,12 +23,12 @@ def chosen_format(explicit: str | None, output: str | None, formats: tuple[str, 
 def write_report(text: str, output: str | None, escaped: bool = False) -> None:
     """To stdout (its control characters escaped: a report read in a terminal must not drive it; `escaped`:
     the renderer escaped every value itself and its only escape sequences are its colours), or to the
-    file, whole or not at all."""
+    file, whole or not at all (into a device, FIFO or /proc link in place: `files.output_file`)."""
     if not output:
         sys.stdout.write(text if escaped else terminal_safe(text))
         return
     try:
-        write_text_atomic(output, text)
+        write_output(output, text)
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror or exc}; choose another file with -o") from None
     print(f"dstrace: wrote {os.path.abspath(output)}", file=sys.stderr)

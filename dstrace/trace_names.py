@@ -49,6 +49,8 @@ COMM_LIBRARY_KERNELS = (
     (re.compile(r"\b(?:deep_ep|dpsk::ep)::(?:intranode|internode|internode_ll)::"), "DeepEP"),
     (re.compile(r"\bmscclpp::"), "MSCCL++"),
     (re.compile(r"\bnvshmem[ix]?_"), "NVSHMEM"),
+    (re.compile(r"\b(?:multimem_(?:one_shot_)?all_reduce|multimem_all_gather|one_shot_all_reduce|"
+                r"two_shot_all_reduce)_kernel\b"), "torch symmetric memory"),
 )
 """Kernels that move data between GPUs, by library, first match wins: NCCL's (RCCL names its kernels the
 same); the custom all-reduce kernels above; DeepEP's expert-parallel dispatch/combine kernels, in its
@@ -57,8 +59,11 @@ same); the custom all-reduce kernels above; DeepEP's expert-parallel dispatch/co
 profile (github.com/deepseek-ai/profile-data, train.json); its `get_dispatch_layout`, which only counts
 tokens per rank, is compute. MSCCL++ kernels carry `mscclpp::` types in their demangled names; NVSHMEM's
 own kernels are named `nvshmem_` / `nvshmemi_` / `nvshmemx_`. A kernel named here is communication in
-the compute/communication split even when dstrace cannot match it across ranks as a collective."""
-UNMATCHED_COMM_LIBRARIES = ("DeepEP", "MSCCL++", "NVSHMEM")
+the compute/communication split even when dstrace cannot match it across ranks as a collective. torch's
+symmetric-memory collectives (torch/csrc/distributed/c10d/symm_mem) launch `multimem_all_reduce_kernel`
+and its one-shot/two-shot and all-gather siblings (seen as `(anonymous namespace)::multimem_all_reduce_kernel
+<c10::BFloat16, 16>` in TraceLens's B200 trace)."""
+UNMATCHED_COMM_LIBRARIES = ("DeepEP", "MSCCL++", "NVSHMEM", "torch symmetric memory")
 """Libraries of `COMM_LIBRARY_KERNELS` whose kernels are not read as collectives: their names give no kind
 and their args no group or sizes, so they have no wait/transfer split and no bandwidth."""
 GLOO_OP = re.compile(r"^gloo:(\w+)")

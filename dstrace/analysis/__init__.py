@@ -7,6 +7,7 @@ analyzed before with the same options and nothing changed gets its kept report (
 from __future__ import annotations
 
 import argparse
+import os
 
 from dstrace.errors import UserError
 from dstrace.say import say, warn
@@ -15,7 +16,8 @@ from dstrace.say import say, warn
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dstrace.analysis.options import AUTO_MIN_RANKS, CLOCK_POLICIES, FORMATS, SOURCES
 
-    parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN")
+    parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN, or one "
+                                          "trace file (a run of one rank)")
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="text (terminal), json (dstrace.analysis/1), markdown (GitHub issue), html (one "
                              "self-contained file with plots); default: from the -o file's extension (.json, .md, "
@@ -34,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="text report: every section, span part and term (default: the verdict, the tables "
                              "and the terms they use)")
+    parser.add_argument("--steps", metavar="A:B", default=None,
+                        help="compare the traced work of steps A to B (host ops, dstrace ranges and kernels by name, "
+                             "ms per step) with the steps of --against, instead of the report")
+    parser.add_argument("--against", metavar="C:D", default=None, help="the second step range of --steps")
+    parser.add_argument("--rank", type=int, default=None, metavar="N",
+                        help="with --steps: compare on rank N only (default: every rank, medians over them)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -44,6 +52,10 @@ def main(args: argparse.Namespace) -> int:
     workers = getattr(args, "parse_workers", None)
     if workers is not None and workers < 1:
         raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
+    if getattr(args, "steps", None) is not None or getattr(args, "against", None) is not None:
+        write_report(step_comparison(args.trace_dir, args.steps, args.against, getattr(args, "rank", None), fmt,
+                                     workers), args.output)
+        return 0
     from dstrace.analysis.render.terminal import screen_for
 
     screen = screen_for(bool(args.output), getattr(args, "verbose", False))
@@ -60,11 +72,11 @@ def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "
     """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
     `progress(message)` hears what is being read (default: stderr)."""
     from dstrace.analysis import summaries
-    from dstrace.analysis.loading import load_run, stderr_progress
+    from dstrace.analysis.loading import is_single_trace, load_run, stderr_progress
     from dstrace.analysis.pipeline import analyze
 
     progress = progress or stderr_progress
-    if summaries.choose_source(trace_dir, source) == "summaries":
+    if not is_single_trace(trace_dir) and summaries.choose_source(trace_dir, source) == "summaries":
         run = summaries.load_summaries(trace_dir)
         progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")
     else:
@@ -82,7 +94,8 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
     options = {"format": fmt, "align_clocks": clock_policy, "source": source}
     if fmt == "text" and screen is not None:
         options |= screen.options()
-    key = report_cache.key(trace_dir, options)  # None for a folder that cannot be read
+    single = os.path.isfile(trace_dir)  # one trace file: its reduction is kept beside it, no report is
+    key = None if single else report_cache.key(trace_dir, options)  # None for a folder that cannot be read
     kept = report_cache.read(trace_dir, fmt, key) if key else None
     if kept is not None:
         say(f"nothing in the folder changed since the last analysis: its report, from "
@@ -95,3 +108,21 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
     if key:
         report_cache.write(trace_dir, fmt, key, report, warnings)
     return report, warnings
+
+
+def step_comparison(trace_dir: str, steps: str | None, against: str | None, rank: int | None, fmt: str,
+                    workers: int | None = None) -> str:
+    """`--steps A:B --against C:D`: the two ranges' traced work side by side (`step_compare`), as text or JSON."""
+    import json
+
+    from dstrace.analysis.loading import load_run
+    from dstrace.analysis.step_compare import compare_steps, parse_range, render_text
+
+    if steps is None or against is None:
+        raise UserError("--steps and --against go together: e.g. --steps 2:3 --against 4:5")
+    if fmt not in ("text", "json"):
+        raise UserError(f"--steps writes text or json, not {fmt}")
+    a, b = parse_range(steps, "--steps"), parse_range(against, "--against")
+    run = load_run(trace_dir, workers=workers)
+    c = compare_steps(run, a, b, rank)
+    return json.dumps(c.to_json(), indent=2) + "\n" if fmt == "json" else render_text(c)

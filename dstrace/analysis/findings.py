@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 from dstrace.analysis.host import host_wait_share
 from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
 from dstrace.analysis.shift import (
-    SHIFT_RATIO, UNREPRESENTATIVE_RATIO, Shift, call_shifts, median_or_none, profiled_step_ms, window_place,
+    SHIFT_RATIO, UNREPRESENTATIVE_RATIO, Shift, apart, call_shifts, level_ms, median_or_none, profiler_cost,
+    window_place, window_steps,
 )
-from dstrace.analysis.steps import MANIFEST_COVERS
+from dstrace.analysis.step_compare import compare_steps
+from dstrace.analysis.steps import MANIFEST_COVERS, cost_json, decode_step_ms
+from dstrace.errors import UserError
 
 COMM_BOUND_EXPOSED_FRACTION = 0.30
 """Communication transfer not hidden behind compute above ~30% of the span is the largest single cost
@@ -627,28 +631,49 @@ def _steps_label(first: int, last: int) -> str:
     return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
-def _work_growth(run: LoadedRun, ranks: list[int], start: int) -> dict | None:
-    """Per-step work of the traced steps before and after `start` (median per item, over ranks): what grew."""
-    before: dict[str, list[float]] = {}
-    after: dict[str, list[float]] = {}
-    for r in ranks:
-        t = run.traces.get(r)
-        if t is None:
-            continue
-        for w in t.reduced.step_work:
-            side = before if w["step"] < start else after
-            for name, us in {"GPU kernels": w["gpu_us"], **w["host_us"]}.items():
-                side.setdefault(name, []).append(us)
+def _work_growth(run: LoadedRun, ranks: list[int], shift: Shift, steps: list[int]) -> dict | None:
+    """The traced work per step of the window's profiled steps before and after the shift (`step_compare`,
+    median over ranks): the three items that changed most, in us per step."""
+    before, after = [s for s in steps if s < shift.start], [s for s in steps if s >= shift.start]
     if not before or not after:
         return None
-    growth = {n: (statistics.median(before.get(n, [0.0])), statistics.median(after.get(n, [0.0])))
-              for n in set(before) | set(after)}
-    top = sorted(growth.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:3]
-    return {n: {"before_us": b, "after_us": a} for n, (b, a) in top}
+    try:
+        c = compare_steps(run, (before[0], before[-1]), (after[0], after[-1]),
+                          ranks[0] if len(ranks) == 1 else None, top=3)
+    except UserError:
+        return None
+    return {i.name: {"before_us": i.steps_ms * 1e3, "after_us": i.against_ms * 1e3, "kind": i.kind}
+            for i in c.items} or None
+
+
+def _levels_text(sh: Shift) -> str:
+    """Each kind of step's two levels, like with like: `unprofiled steps 1 vs 6-31: 36.0 -> 58.0 ms`."""
+    parts = []
+    for kind, lv in sh.levels.items():
+        if lv.before_ms is not None and lv.after_ms is not None:
+            parts.append(f"{kind} steps {_list_label(lv.before_steps)} vs {_list_label(lv.after_steps)}: "
+                         f"{lv.before_ms:.1f} -> {lv.after_ms:.1f} ms ({lv.after_ms / lv.before_ms:.2f}x)")
+        elif lv.after_ms is not None:
+            parts.append(f"{kind} steps after it ({_list_label(lv.after_steps)}) {lv.after_ms:.1f} ms, none before")
+        else:
+            parts.append(f"{kind} steps before it ({_list_label(lv.before_steps)}) {lv.before_ms:.1f} ms, none after")
+    return "; ".join(parts)
+
+
+def _list_label(steps: list[int]) -> str:
+    """Steps as runs: [1, 2, 3, 6] -> `1-3, 6`."""
+    runs: list[list[int]] = []
+    for s in steps:
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def step_time_shift(run: LoadedRun) -> Finding | None:
-    """A call whose decode steps change level for good (manifests' per-step times; see shift.py)."""
+    """A call whose decode steps change level for good, like compared with like (manifests' per-step times and
+    kinds; see shift.py), placed at the first step of the new level."""
     per_call: dict[int, list[tuple[int, Shift]]] = {}
     for r, m in sorted(run.manifests.items()):
         for sh in call_shifts(m):
@@ -660,21 +685,27 @@ def step_time_shift(run: LoadedRun) -> Finding | None:
     for call, found in sorted(per_call.items()):
         ranks = [r for r, _ in found]
         start = int(statistics.median(sh.start for _, sh in found))
-        before = statistics.median(sh.before_ms for _, sh in found)
-        after = statistics.median(sh.after_ms for _, sh in found)
-        first, last = found[0][1].first_before, found[0][1].last_after
-        place = window_place(run.manifests[ranks[0]], found[0][1])
-        text = (f"call {call}: {_steps_label(first, start - 1)} at {before:.1f} ms per step, "
-                f"{_steps_label(start, last)} at {after:.1f} ms ({after / before:.2f}x from step {start} on), "
+        first_sh = found[0][1]
+        kind = first_sh.kind
+        before = statistics.median(sh.levels[kind].before_ms for _, sh in found if kind in sh.levels
+                                   and sh.levels[kind].before_ms is not None)
+        after = statistics.median(sh.levels[kind].after_ms for _, sh in found if kind in sh.levels
+                                  and sh.levels[kind].after_ms is not None)
+        first, last = first_sh.first_before, first_sh.last_after
+        place = window_place(run.manifests[ranks[0]], first_sh)
+        text = (f"call {call}: from step {start} on, steps take {after / before:.2f}x as long "
+                f"({_levels_text(first_sh)}; the profiler's start and stop steps left out), "
                 f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}")
         steps_txt = _steps_label(place.steps[0], place.steps[-1]) if place.steps else ""
         growth = None
         if place.where == "straddles":
-            growth = _work_growth(run, ranks, start)
+            growth = _work_growth(run, ranks, first_sh, place.steps)
             text += f"; the profiled window ({steps_txt}) straddles the change"
             if growth:
-                text += ": per step " + ", ".join(f"{n} {g['before_us'] / 1e3:.1f} -> {g['after_us'] / 1e3:.1f} ms"
-                                                  for n, g in growth.items())
+                text += (": per step " + ", ".join(f"{n} {g['before_us'] / 1e3:.1f} -> {g['after_us'] / 1e3:.1f} ms"
+                                                   for n, g in growth.items())
+                         + f" (`dstrace analyze --steps {place.steps[0]}:{start - 1} --against "
+                           f"{start}:{place.steps[-1]}` lists more)")
         elif place.where in ("before", "after"):
             in_slow = (place.where == "after") == (after > before)
             text += (f"; the profiled window ({steps_txt}) lies only in the {'slower' if in_slow else 'faster'} level: "
@@ -683,7 +714,10 @@ def step_time_shift(run: LoadedRun) -> Finding | None:
             text += f"; the profiled window is in call {place.call}: the trace shows neither level of this call"
         parts.append(text)
         calls[str(call)] = {"ranks": ranks, "start": start, "first_step": first, "last_step": last,
-                            "before_ms": before, "after_ms": after, "ratio": after / before,
+                            "kind": kind, "before_ms": before, "after_ms": after, "ratio": after / before,
+                            "levels": {k: {"before_ms": lv.before_ms, "after_ms": lv.after_ms,
+                                           "before_steps": lv.before_steps, "after_steps": lv.after_steps}
+                                       for k, lv in first_sh.levels.items()},
                             "window": {"where": place.where, "call": place.call, "steps": place.steps},
                             "work_growth_us": growth}
         if growth:
@@ -708,33 +742,59 @@ def step_time_shift(run: LoadedRun) -> Finding | None:
 
 
 def window_not_representative(run: LoadedRun, steps: StepSummary | None) -> Finding | None:
-    """The profiled steps run at another speed than the run's typical decode step: the trace's numbers
-    describe an unusual moment."""
+    """The profiled window lies at another level than the run's typical decode step: its call's unprofiled steps
+    at the window's side of any shift run at another speed. The profiler's own cost (profiled vs unprofiled steps
+    of one level, `shift.profiler_cost`) is not such a difference: it is quoted apart, as the Steps line does."""
     if steps is None or steps.ms_per_step is None or steps.ms_per_step_covers != MANIFEST_COVERS:
         return None
-    profiled = {r: profiled_step_ms(m) for r, m in sorted(run.manifests.items())}
-    values = [v for vs in profiled.values() for v in vs]
-    window_ms = median_or_none(values)
-    if window_ms is None:
+    level = level_ms(run.manifests)
+    if level is None:
         return None
-    ratio = window_ms / steps.ms_per_step
+    samples, level_label = level
+    level_value, level_count = float(statistics.median(samples)), len(samples)
+    ratio = level_value / steps.ms_per_step
     if 1 / UNREPRESENTATIVE_RATIO < ratio < UNREPRESENTATIVE_RATIO:
         return None
+    others = Counter(ms for m in run.manifests.values() for ms in decode_step_ms(m))
+    others.subtract(Counter(samples))
+    rest = list(others.elements())
+    if not rest or not apart(samples, rest):
+        return None  # the run's other steps overlap the window's level: one level, however its median falls
+    profiled = {}
+    for r, m in sorted(run.manifests.items()):
+        call, shown = window_steps(m)
+        times = next((c.step_ms for c in m.calls if c.index == call), [])
+        profiled[r] = [times[s] for s in shown]
+    window_ms = median_or_none([v for vs in profiled.values() for v in vs])
     w = next(m.window for m in run.manifests.values() if m.window and m.window.recorded_steps)
-    where = f"call {w.call}, {_steps_label(w.recorded_steps[0], w.recorded_steps[-1])}"
-    summary = (f"the profiled steps ({where}) took {window_ms:.1f} ms per step (median), {ratio:.2f}x the run's "
-               f"{steps.ms_per_step:.1f} ms per decode step: the trace shows a "
-               f"{'slower' if ratio > 1 else 'faster'} moment than the typical step")
+    shown = sorted({s for r, m in run.manifests.items() for s in window_steps(m)[1]})
+    where = f"call {w.call}, {_steps_label(shown[0], shown[-1])}"
+    cost = profiler_cost(run.manifests)
+    summary = (f"the profiled window ({where}) lies at another level than the run's typical step: its call's "
+               f"unprofiled steps at that level ({level_label}, {level_count} steps) take {level_value:.1f} ms, "
+               f"{ratio:.2f}x the run's {steps.ms_per_step:.1f} ms per decode step; the trace shows a "
+               f"{'slower' if ratio > 1 else 'faster'} moment than the typical step"
+               + (f"; apart from that, {cost.line()}" if cost else ""))
     shifts = [sh for m in run.manifests.values() for sh in call_shifts(m) if sh.call == w.call]
-    cause = ("the window's steps carry the profiler's own overhead"
-             + (f", and call {w.call} changes level at step {shifts[0].start} (see step-time-shift)" if shifts else "")
-             + "; the traced shares (idle, wait, host time) describe those steps, not the run's typical one")
-    later = max(shifts[0].start, w.recorded_steps[-1] + 1) if shifts else w.recorded_steps[-1] + 2
-    remedy = (f"profile steps of the level you care about (e.g. `dstrace record --window-start {later}`), and "
-              "take step times from the manifests (`ms per decode step`, profiled steps left out)")
+    cause = ("the window's level differs from the run's typical one"
+             + (f": call {w.call} changes level at step {shifts[0].start} and the window lies on one side "
+                "(see step-time-shift)" if shifts else f": call {w.call} runs at another speed than the other calls")
+             + "; the traced shares (idle, wait, host time) describe that level, not the run's typical step")
+    if shifts:
+        later = shifts[0].start + 1 if level_label.startswith("before") else max(shifts[0].start - 3, 2)
+        remedy = (f"profile steps of the level you care about (e.g. `dstrace record --window-call {w.call} "
+                  f"--window-start {later}`), ")
+    else:
+        typical = min((c for m in run.manifests.values() for c in m.calls if c.index != w.call and not c.error),
+                      key=lambda c: abs(statistics.median(c.step_ms[1:] or c.step_ms) - steps.ms_per_step),
+                      default=None)
+        remedy = (f"profile a call at the typical level (e.g. `dstrace record --window-call {typical.index}`), "
+                  if typical else "profile a call at the typical level, ")
+    remedy += "and take step times from the manifests (`ms per decode step`, the profiler's steps left out)"
     return _finding("window-not-representative", sorted(r for r, v in profiled.items() if v), summary,
-                    {"threshold_ratio": UNREPRESENTATIVE_RATIO, "window_ms_median": window_ms,
-                     "ms_per_step": steps.ms_per_step, "ratio": ratio,
+                    {"threshold_ratio": UNREPRESENTATIVE_RATIO, "level_ms": level_value, "level": level_label,
+                     "level_steps": level_count, "window_ms_median": window_ms, "ms_per_step": steps.ms_per_step,
+                     "ratio": ratio, "profiler_cost": cost_json(cost),
                      "profiled_step_ms": {str(r): v for r, v in profiled.items()}}, cause, remedy)
 
 

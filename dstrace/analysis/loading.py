@@ -35,6 +35,7 @@ from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
+from dstrace.runfolder import untrusted
 from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
 from dstrace.runfolder.records import Manifest, RunRecord, read_manifest, read_run, why_no_trace
 from dstrace.say import say
@@ -64,11 +65,25 @@ def stderr_progress(message: str) -> None:
     say(message)
 
 
-def find_trace_files(trace_dir: str) -> list[str]:
-    """Trace candidates: `*.pt.trace.json[.gz]` if any, else every other `.json`/`.json.gz` file (maybe none)."""
+def folder_names(trace_dir: str) -> list[str]:
+    """The names in a run folder, sorted; UserError when it is not a folder or cannot be read."""
     if not os.path.isdir(trace_dir):
         raise UserError(f"{trace_dir} is not a folder; give the folder holding the per-rank traces")
-    names = sorted(os.listdir(trace_dir))
+    try:
+        return sorted(os.listdir(trace_dir))
+    except OSError as exc:
+        raise UserError(f"cannot read the folder {trace_dir} ({exc.strerror or exc}); give a folder you can "
+                        "read") from None
+
+
+def is_single_trace(path: str) -> bool:
+    """Whether `path` names one trace file rather than a run folder: analyzed as a run of one rank (#28)."""
+    return os.path.isfile(path) and os.path.basename(path).endswith(TRACE_SUFFIXES + (".json", ".json.gz"))
+
+
+def find_trace_files(trace_dir: str) -> list[str]:
+    """Trace candidates: `*.pt.trace.json[.gz]` if any, else every other `.json`/`.json.gz` file (maybe none)."""
+    names = folder_names(trace_dir)
     traces = [n for n in names if n.endswith(TRACE_SUFFIXES)]
     if not traces:
         traces = [n for n in names if n.endswith((".json", ".json.gz"))
@@ -151,7 +166,7 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
     except ValueError as exc:
         return str(exc), None, None
     except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})", None, None
+        return untrusted.unreadable(path, exc), None, None
     frame = frame if events else None
     written = None
     for target in targets:
@@ -169,12 +184,16 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
 
 
 def uncompressed_size(path: str) -> int:
-    """The JSON size of a trace: gzip's ISIZE trailer (size mod 4 GiB) or the file size."""
-    size = os.path.getsize(path)
-    if path.endswith(".gz") and size >= 4:
-        with open(path, "rb") as f:
-            f.seek(-4, os.SEEK_END)
-            size = max(size, int.from_bytes(f.read(4), "little"))
+    """The JSON size of a trace: gzip's ISIZE trailer (size mod 4 GiB) or the file size; 0 for what is not a
+    readable regular file (a dangling link, a folder, a FIFO: its parse says what is wrong with it)."""
+    try:
+        with untrusted.open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if path.endswith(".gz") and size >= 4:
+                f.seek(-4, os.SEEK_END)
+                size = max(size, int.from_bytes(f.read(4), "little"))
+    except (OSError, untrusted.Refused):
+        return 0
     return size
 
 
@@ -253,11 +272,42 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
     return {p: out[p] for p in files}
 
 
+SCRATCH_PREFIX = "dstrace-parse-"
+_SCRATCH = re.compile(re.escape(SCRATCH_PREFIX) + r"(\d+)-")
+
+
+def _scratch_folder() -> str:
+    """A new scratch folder for reductions the run folder refuses, named by this process's id; the folders of
+    analyses that were killed before they could remove theirs (their process is gone) are removed first."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        names = []
+    for name in names:
+        m = _SCRATCH.match(name)
+        path = os.path.join(base, name)
+        if m and not _alive(int(m.group(1))) and not os.path.islink(path) and os.path.isdir(path) \
+                and os.stat(path).st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
 def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, workers: int, world_hint: int,
            events: bool, helping_for: Callable[[str], list[tracefile.Helper]]) -> None:
     """Parse the `todo` traces into `out`: one at a time (each with its `helping_for` helpers), or this
     process the smallest and `workers - 1` forked workers the others."""
-    scratch = tempfile.mkdtemp(prefix="dstrace-parse-")
+    scratch = _scratch_folder()
     try:
         targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
         for path in todo:
@@ -268,7 +318,8 @@ def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, wor
         else:  # this process parses the smallest trace itself (it analyzes the run after), the workers the rest
             own = min(range(len(todo)), key=lambda i: uncompressed_size(todo[i]))
             others = [i for i in range(len(todo)) if i != own]
-            with ProcessPoolExecutor(workers - 1, mp_context=_pool_context()) as pool:
+            with ProcessPoolExecutor(workers - 1, mp_context=_pool_context(), initializer=tracefile.die_with_parent,
+                                     initargs=(os.getpid(),)) as pool:
                 rest = pool.map(parse_rank, [todo[i] for i in others], [targets[i] for i in others],
                                 [hints[i] for i in others])
                 mine = parse_rank(todo[own], targets[own], hints[own])
@@ -316,7 +367,36 @@ def _implausible(path: str, data: dict, meta: dict | None) -> list[str]:
             if key in block and not _plausible(block[key], lowest):
                 out.append(f"{os.path.basename(path)}: {where} gives {key} {str(block[key])[:40]}, which no job has "
                            f"(dstrace reads {lowest} to {MAX_WORLD_SIZE + lowest - 1}); ignored")
+    if isinstance(meta, dict) and meta.get("run_id") is not None and not isinstance(meta["run_id"], str):
+        out.append(f"{os.path.basename(path)}: dstrace metadata gives run_id {str(meta['run_id'])[:40]}, which is "
+                   "not text; ignored")
     return out
+
+
+def _odd_events(path: str, data: dict) -> list[str]:
+    """One warning per kind of event no profiler writes (`tracefile.event_checks`), with how many."""
+    checks = data.get(tracefile.CHECKS_KEY)
+    if not isinstance(checks, dict):
+        return []
+    name, out = os.path.basename(path), []
+    if checks.get("negative_durations"):
+        out.append(f"{name}: {checks['negative_durations']} event(s) with a negative duration, taken as written: not "
+                   "what a profiler writes; its breakdowns may be wrong")
+    if checks.get("overlaps"):
+        out.append(f"{name}: {checks['overlaps']} event(s) start inside the event before them on the same thread "
+                   f"and end more than {tracefile.OVERLAP_TOLERANCE_US:g} us after it (overlapping, not nested): "
+                   "not what a profiler writes; its breakdowns may be wrong")
+    if checks.get("duplicate_keys"):
+        keys = ", ".join(sorted(set(checks["duplicate_keys"])))[:200]
+        out.append(f"{name}: {len(checks['duplicate_keys'])} key(s) given twice in one object ({keys}); the last of "
+                   "each is used")
+    return out
+
+
+def _run_id_of(meta: dict | None) -> str | None:
+    """The run id of the dstrace metadata, when it is text (`_implausible` warns of anything else)."""
+    run_id = (meta or {}).get("run_id")
+    return run_id if isinstance(run_id, str) else None
 
 
 def _host_of(path: str, data: dict) -> str | None:
@@ -342,7 +422,7 @@ def read_manifests(trace_dir: str, warnings: list[str],
     one that cannot be read is skipped, with a warning."""
     manifests: dict[int, Manifest] = {}
     run = None
-    for name in sorted(os.listdir(trace_dir)):
+    for name in folder_names(trace_dir):
         if not (name.endswith(MANIFEST_SUFFIX) or name == RUN_FILE):
             continue
         path = os.path.join(trace_dir, name)
@@ -409,10 +489,13 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     many traces to parse at once (None: as many as CPUs and memory allow); `events`: keep every rank's
     events (the timeline needs them; the analysis reads the ranks' reductions only)."""
     trace_dir = os.path.abspath(trace_dir)
-    files = find_trace_files(trace_dir)
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
-    manifests, run = read_manifests(trace_dir, warnings, skipped)
+    if is_single_trace(trace_dir):  # a run of one rank: the file alone, none of its folder's other files
+        files, manifests, run = [trace_dir], {}, None
+    else:
+        files = find_trace_files(trace_dir)
+        manifests, run = read_manifests(trace_dir, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if m.exit_error:
             warnings.append(f"rank {rank} ended with {error_line(m.exit_error)}")
@@ -437,6 +520,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     traces: dict[int, RankTrace] = {}
     for path, data, meta, parsed_rank in parsed:
         warnings.extend(_implausible(path, data, meta))
+        warnings.extend(_odd_events(path, data))
         rank, _ = _rank_of(path, data, meta)
         if rank is None and len(parsed) == 1:
             rank = 0
@@ -449,7 +533,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
         claims[rank].append(path)
         traces[rank] = RankTrace(
             rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=_world_of(data, meta),
-            host=_host_of(path, data), run_id=(meta or {}).get("run_id"),
+            host=_host_of(path, data), run_id=_run_id_of(meta),
             distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
             dstrace=meta,
         )

@@ -149,6 +149,9 @@ class StepSummary:
     ms_per_step: float | None = None  # `steps.step_time`: the one ms per decode step of the run
     ms_per_step_covers: str | None = None  # which steps that is, in words
     ms_per_step_samples: int = 0
+    ms_per_step_per_rank: int = 0  # ...of which this many steps per rank (a step all ranks ran counts once)...
+    ms_per_step_ranks: int = 0  # ...on this many ranks
+    profiler_cost: dict | None = None  # `shift.profiler_cost`: profiled vs unprofiled steps of one level
     decode: bool = True  # the steps are generate() forwards dstrace saw (its step ranges or manifests), not
     # ProfilerStep iterations of any workload
 

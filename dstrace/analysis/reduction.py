@@ -71,7 +71,7 @@ def gather_ranges(events: pd.DataFrame) -> pd.DataFrame:
 
 
 STEP_WORK_ITEMS = 8
-"""Host items kept per step: enough to name what grew between steps, small enough to cache."""
+"""Host items and kernel names kept per step: enough to name what grew between steps, small enough to cache."""
 
 
 def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> list[dict]:
@@ -82,7 +82,7 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, o
         return []
     first = steps[steps["source"] == steps["source"].iloc[0]].sort_values("ts")
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
-    kernels = events.loc[events["is_gpu"], ["ts", "dur"]]
+    kernels = events.loc[events["is_gpu"], ["name", "ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
                             pd.DataFrame({"name": "dstrace/" + ranges["name"].astype(str).map(host.range_label),
                                           "ts": ranges["ts"], "dur": ranges["dur"]})], ignore_index=True)
@@ -93,16 +93,22 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, o
         return np.where(ok, idx, -1)
 
     gpu = pd.Series(kernels["dur"].to_numpy()).groupby(step_of(kernels["ts"])).sum() if len(kernels) else pd.Series(dtype=float)
-    host_items["i"] = step_of(host_items["ts"]) if len(host_items) else []
-    by_step = host_items[host_items["i"] >= 0].groupby(["i", "name"])["dur"].sum()
-    # each step's largest items first (ties in name order), STEP_WORK_ITEMS of them
-    flat = by_step.reset_index()
-    flat = flat.iloc[np.lexsort((-flat["dur"].to_numpy(), flat["i"].to_numpy()))]
-    flat = flat[flat.groupby("i").cumcount().to_numpy() < STEP_WORK_ITEMS]
-    tops: dict[int, dict[str, float]] = {}
-    for i, name, dur in zip(flat["i"].tolist(), flat["name"].tolist(), flat["dur"].tolist()):
-        tops.setdefault(i, {})[str(name)] = float(dur)
-    return [{"step": int(step), "gpu_us": float(gpu.get(i, 0.0)), "host_us": tops.get(i, {})}
+
+    def tops_of(items: pd.DataFrame) -> dict[int, dict[str, float]]:
+        """Each step's largest items by name (ties in name order), STEP_WORK_ITEMS of them."""
+        items = items.assign(i=step_of(items["ts"]) if len(items) else [])
+        flat = items[items["i"] >= 0].groupby(["i", "name"], observed=True)["dur"].sum().reset_index()
+        flat = flat.iloc[np.lexsort((-flat["dur"].to_numpy(), flat["i"].to_numpy()))]
+        flat = flat[flat.groupby("i").cumcount().to_numpy() < STEP_WORK_ITEMS]
+        tops: dict[int, dict[str, float]] = {}
+        for i, name, dur in zip(flat["i"].tolist(), flat["name"].tolist(), flat["dur"].tolist()):
+            tops.setdefault(i, {})[str(name)] = float(dur)
+        return tops
+
+    host_tops = tops_of(host_items)
+    kernel_tops = tops_of(kernels.assign(name=kernels["name"].astype(str))) if len(kernels) else {}
+    return [{"step": int(step), "gpu_us": float(gpu.get(i, 0.0)), "host_us": host_tops.get(i, {}),
+             "kernels_us": kernel_tops.get(i, {})}
             for i, step in enumerate(first["step"].astype(int))]
 
 

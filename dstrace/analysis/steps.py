@@ -16,6 +16,8 @@ import pandas as pd
 
 from dstrace.analysis.model import LoadedRun, StepSummary
 from dstrace.analysis.reduction import STEP_SOURCES
+from dstrace.analysis.shift import ProfilerCost, profiler_cost
+from dstrace.analysis.step_kinds import BOUNDARY_KINDS, UNPROFILED, step_kinds
 from dstrace.runfolder.records import Manifest
 
 DECODE_SOURCES = (STEP_SOURCES[0][0], "manifest step_ms")
@@ -23,30 +25,31 @@ DECODE_SOURCES = (STEP_SOURCES[0][0], "manifest step_ms")
 
 STEP_FRAME = ["rank", "step", "ts", "end", "ms"]
 
-MANIFEST_COVERS = ("decode steps of every call on every rank (manifests' step_ms), prefill and the profiled "
-                   "window's steps left out")
+MANIFEST_COVERS = ("unprofiled decode steps of every call (manifests' step_ms), prefill, the profiled window's "
+                   "steps and the profiler's start and stop steps left out")
 """What `ms per step` covers when manifests are there: the one definition analyze, compare and the demo print."""
 
 
 @dataclass
 class StepTime:
-    """ms per decode step: the median of `samples` step times, and in words what those steps are."""
+    """ms per decode step: the median of `samples` step times, `per_rank` steps on each of `ranks` ranks (a step
+    every rank ran is one step, seen `ranks` times), and in words what those steps are."""
     ms: float
     samples: int
     covers: str
+    per_rank: int = 0
+    ranks: int = 0
 
 
 def decode_step_ms(manifest: Manifest) -> list[float]:
-    """Steady-state decode steps of every call: step 0 (the prefill) is left out, and so are the steps of
-    the profiled window (`window.recorded_steps` of call `window.call`), which carry profiler overhead."""
-    window = manifest.window
-    profiled = set(window.recorded_steps) if window and window.mode == "full" else set()
+    """Steady-state decode steps of every call: step 0 (the prefill) is left out, and so is every step the
+    profiler touched (`step_kinds`): the window's steps carry its overhead, its start and stop steps their cost."""
     samples = []
     for call in manifest.calls:
         if call.error:
             continue
-        skip = profiled if window and call.index == window.call else set()
-        samples.extend(ms for i, ms in enumerate(call.step_ms) if i > 0 and i not in skip)
+        kinds = step_kinds(manifest, call)
+        samples.extend(ms for i, (ms, kind) in enumerate(zip(call.step_ms, kinds)) if i > 0 and kind == UNPROFILED)
     return samples
 
 
@@ -54,18 +57,39 @@ def step_time(manifests: dict[int, Manifest], steps: pd.DataFrame | None = None,
               source: str | None = None) -> StepTime | None:
     """The one ms per decode step of a run: from the manifests when there are any, else from the traces'
     step ranges (then it covers only the profiled steps, profiler overhead included)."""
-    samples = [ms for r in sorted(manifests) for ms in decode_step_ms(manifests[r])]
+    by_rank = {r: decode_step_ms(manifests[r]) for r in sorted(manifests)}
+    samples = [ms for values in by_rank.values() for ms in values]
     if samples:
-        return StepTime(float(statistics.median(samples)), len(samples), MANIFEST_COVERS)
+        return StepTime(float(statistics.median(samples)), len(samples), MANIFEST_COVERS,
+                        max(len(v) for v in by_rank.values()), sum(1 for v in by_rank.values() if v))
     if steps is None or steps.empty:
         return None
     decode = decode_steps(steps, source)
     noun = "decode steps" if source in DECODE_SOURCES else "steps"
     return StepTime(float(decode["ms"].median()), len(decode),
-                    f"profiled {noun} in the traces ({source or 'step ranges'}, {decode['step'].nunique()} per "
-                    "rank), profiler overhead included: "
+                    f"profiled {noun} in the traces ({source or 'step ranges'}), profiler overhead included: "
                     + ("the manifests hold no generate() step times" if manifests else "no manifests")
-                    + ", so the run's other steps are not seen")
+                    + ", so the run's other steps are not seen",
+                    int(decode.groupby("rank")["step"].nunique().max()), int(decode["rank"].nunique()))
+
+
+def clean_trace_steps(run: LoadedRun, steps: pd.DataFrame) -> pd.DataFrame:
+    """The traced steps less those the rank's manifest marks as the profiler's start or stop (a recording made
+    before the start and stop were kept out of the window has them in its trace); all of a rank's steps when
+    that would leave none."""
+    if steps.empty:
+        return steps
+    keep = []
+    for rank, g in steps.groupby("rank", sort=False):
+        m = run.manifests.get(int(rank))
+        call = next((c for c in m.calls if m.window and c.index == m.window.call), None) if m else None
+        if call is None:
+            keep.append(g)
+            continue
+        kinds = step_kinds(m, call)
+        clean = g[[not (0 <= s < len(kinds)) or kinds[s] not in BOUNDARY_KINDS for s in g["step"].astype(int)]]
+        keep.append(clean if len(clean) else g)
+    return pd.concat(keep).sort_index()
 
 
 def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:
@@ -130,14 +154,16 @@ def _manifest_decode_ms(run: LoadedRun) -> dict[int, list[list[float]]]:
 def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, coll: pd.DataFrame) -> StepSummary | None:
     by_rank = _manifest_decode_ms(run)
     manifest_ms = [ms for calls in by_rank.values() for call in calls for ms in call]
-    timing = step_time(run.manifests, steps, source)
+    timing = step_time(run.manifests, clean_trace_steps(run, steps), source)
     if timing is None and not manifest_ms:
         return None
     per_rank = {}
     decode = decode_steps(steps, source) if not steps.empty else steps
+    # counts are of every traced step (the traces' totals are divided by them); times leave the profiler's out
+    clean = clean_trace_steps(run, decode)
     gathered, gathered_source = gathered_per_step(run, decode, coll) if not decode.empty else (pd.Series(dtype=float), None)
     for rank, g in decode.groupby("rank"):
-        entry = {"count": int(len(g)), "ms_median": float(g["ms"].median())}
+        entry = {"count": int(len(g)), "ms_median": float(clean.loc[clean["rank"] == rank, "ms"].median())}
         if len(gathered):
             mine = gathered[[k for k in gathered.index if k[0] == rank]]
             if len(mine):
@@ -152,7 +178,7 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
                         "ms_median": float(statistics.median([x for c in calls for x in c]))}
                     for r, calls in sorted(by_rank.items()) if any(calls)}
     else:
-        count, ms_median = int(decode["step"].nunique()), float(decode["ms"].median())
+        count, ms_median = int(decode["step"].nunique()), float(clean["ms"].median())
     if not len(gathered):
         by_rank_gathered = {r: [b for c in m.calls
                                 for b in (c.gathered_bytes[1:] if len(c.gathered_bytes) > 1 else c.gathered_bytes)]
@@ -170,4 +196,14 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
         gathered_bytes_median=float(gathered.median()) if len(gathered) else None,
         gathered_source=gathered_source, model_bytes=model_bytes(run), decode=source in DECODE_SOURCES,
         ms_per_step=timing.ms if timing else None, ms_per_step_covers=timing.covers if timing else None,
-        ms_per_step_samples=timing.samples if timing else 0)
+        ms_per_step_samples=timing.samples if timing else 0, ms_per_step_per_rank=timing.per_rank if timing else 0,
+        ms_per_step_ranks=timing.ranks if timing else 0, profiler_cost=cost_json(profiler_cost(run.manifests)))
+
+
+def cost_json(cost: ProfilerCost | None) -> dict | None:
+    """`StepSummary.profiler_cost` and the findings' evidence: the profiler's cost per recorded step."""
+    if cost is None:
+        return None
+    return {"call": cost.call, "profiled_ms": cost.profiled_ms, "unprofiled_ms": cost.unprofiled_ms,
+            "added_ms": cost.added_ms, "ratio": cost.ratio, "profiled_steps": cost.profiled_steps,
+            "unprofiled_steps": cost.unprofiled_steps, "level": cost.level, "line": cost.line()}

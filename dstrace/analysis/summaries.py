@@ -21,7 +21,8 @@ import numpy as np
 
 from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
-from dstrace.analysis.loading import MAX_WORLD_SIZE, read_manifests, settle_run
+from dstrace.runfolder.files import atomic_file
+from dstrace.analysis.loading import MAX_WORLD_SIZE, folder_names, read_manifests, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
@@ -31,8 +32,10 @@ from dstrace.runfolder.names import SUMMARY_SUFFIX, TRACE_SUFFIXES
 SUMMARY_SCHEMA = "dstrace.summary/2"
 AUTO_MIN_TRACE_BYTES = 2 << 30
 """Or when the traces add up to more than 2 GiB, whatever the number of ranks."""
-MAX_SUMMARY_BYTES = 1 << 30
-"""JSON one summary may hold: a rank's reduction is kilobytes to a few MB."""
+MAX_SUMMARY_BYTES = 64 << 20
+"""JSON one summary may hold: a rank's reduction is kilobytes to a few MB. Decoding holds about 4x the JSON at
+its peak (numbers become Python objects before arrays), so a summary may cost at most ~300 MB; beyond the
+limit it is refused while it inflates, before its JSON is held."""
 NUMERIC = {"collectives": ("ts", "dur", "end", "host_ts", "in_bytes", "out_bytes"),
            "steps": ("step", "ts", "end", "ms"), "gathers": ("ts", "bytes")}
 COLUMNS = {"collectives": collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS, "gathers": reduction.GATHER_COLUMNS}
@@ -44,19 +47,13 @@ def summary_path(run_dir: str, rank: int) -> str:
 
 def write_summary(path: str, reduced: RankReduction, rank: int, world_size: int | None, host: str | None,
                   run_id: str | None, trace_file: str, distributed: dict | None) -> None:
-    """Write a rank's summary, gzipped, under a temporary name, then renamed."""
+    """Write a rank's summary, gzipped, whole or not at all and through no link (`files.atomic_file`)."""
     arrays, head = cache.pack(reduced)
     payload = {"schema": SUMMARY_SCHEMA, "run_id": run_id, "rank": rank, "world_size": world_size, "host": host,
                "trace_file": trace_file, "distributed": distributed, "reduction": head,
                "arrays": {k: {"dtype": v.dtype.str, "values": v.tolist()} for k, v in arrays.items()}}
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with gzip.open(tmp, "wt", compresslevel=6) as f:
-            json.dump(payload, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+    with atomic_file(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6) as z:
+        z.write(json.dumps(payload, separators=(",", ":")).encode())
 
 
 def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
@@ -88,7 +85,11 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
 def read_summary(path: str) -> tuple[dict, RankReduction]:
     """A summary's identity (rank, world_size, host, run_id, trace_file, distributed) and reduction. Raises
     ValueError saying what is wrong with the file."""
-    text = b"".join(untrusted.json_chunks(path, limit=MAX_SUMMARY_BYTES))
+    try:
+        text = b"".join(untrusted.json_chunks(path, limit=MAX_SUMMARY_BYTES))
+    except untrusted.TooLarge:
+        raise ValueError(f"holds more than {MAX_SUMMARY_BYTES >> 20} MiB of JSON, more than a rank summary dstrace "
+                         "writes (kilobytes to a few MB): remove it, or analyze the traces with --source traces") from None
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -155,15 +156,17 @@ def _check(data: dict, reduced: RankReduction | None) -> str | None:
     return None
 
 
-def _names(trace_dir: str) -> list[str]:
-    if not os.path.isdir(trace_dir):
-        raise UserError(f"{trace_dir} is not a folder; give the folder holding the per-rank traces")
-    return sorted(os.listdir(trace_dir))
+def _file_size(path: str) -> int:
+    """A file's size; 0 for a dangling link or an unreadable name (reading it says what is wrong)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def choose_source(trace_dir: str, requested: str = "auto") -> str:
     """"summaries" or "traces": what `dstrace analyze --source` reads for this folder."""
-    names = _names(trace_dir)
+    names = folder_names(trace_dir)
     summaries = [n for n in names if n.endswith(SUMMARY_SUFFIX)]
     traces = [n for n in names if n.endswith(TRACE_SUFFIXES)]
     if requested == "summaries":
@@ -176,7 +179,7 @@ def choose_source(trace_dir: str, requested: str = "auto") -> str:
     if not traces:
         return "summaries"
     every_rank = len(summaries) >= len(traces)
-    size = sum(os.path.getsize(os.path.join(trace_dir, n)) for n in traces)
+    size = sum(_file_size(os.path.join(trace_dir, n)) for n in traces)
     return "summaries" if every_rank and (len(traces) >= AUTO_MIN_RANKS or size >= AUTO_MIN_TRACE_BYTES) else "traces"
 
 
@@ -187,7 +190,7 @@ def load_summaries(trace_dir: str) -> LoadedRun:
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     found: dict[int, tuple[dict, RankReduction]] = {}
-    for name in _names(trace_dir):
+    for name in folder_names(trace_dir):
         if not name.endswith(SUMMARY_SUFFIX):
             continue
         path = os.path.join(trace_dir, name)
@@ -195,7 +198,7 @@ def load_summaries(trace_dir: str) -> LoadedRun:
             who, reduced = read_summary(path)
             found[who["rank"]] = (who, reduced)
         except (OSError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, ValueError) else f"unreadable ({exc.strerror or exc})"
+            reason = str(exc) if isinstance(exc, ValueError) else untrusted.unreadable(path, exc)
             skipped.append({"path": path, "reason": reason})
             warnings.append(f"skipped {name}: {reason}")
     manifests, run = read_manifests(trace_dir, warnings, skipped)

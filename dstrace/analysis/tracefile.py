@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -34,8 +35,13 @@ CHUNK_BYTES = 8 << 20
 """Bytes of JSON decoded at a time: their events as objects are small next to a rank's columns."""
 MAX_UNCUT_BYTES = 64 << 20
 """More JSON than this without an event boundary: not Kineto's layout (or hostile), decoded whole instead."""
-MAX_WHOLE_BYTES = 512 << 20
-"""A file decoded whole is held whole, with an object per event: traces laid out otherwise stop here."""
+MAX_WHOLE_BYTES = 256 << 20
+"""A file decoded whole is held whole, with an object per event: traces laid out otherwise stop here. Such a
+file (one line of JSON) adds ~4.7x its JSON at the peak (bench/trace_layouts.py): ~1.4 GB here, extrapolated."""
+MAX_EVENTS = 8_000_000
+"""Events one trace may hold: memory grows with events more than with bytes (a million tiny events, 25 bytes
+of JSON each, cost ~110 MB as columns and frames): 1.1 GB measured at this limit. Kineto's layout is counted as it is
+read, before its events are decoded; a file decoded whole, once decoded (its size bounds it)."""
 EVENT_SEPARATOR = b"\n  },\n  {"
 ARRAY_KEY = b'"traceEvents"'
 # Args copied into columns: (column, arg key). The first block is what the analyses read; the second
@@ -126,6 +132,7 @@ class Columns:
     args: dict[str, tuple[np.ndarray, np.ndarray]]
     present: dict[str, bool]
     ts_all_int: bool = True  # HTA rounds float timestamps and keeps integer ones as they are
+    duplicate_keys: list[str] | None = None  # top-level keys given twice (None: not looked for, decoded whole)
 
     def __len__(self) -> int:
         return len(self.position)
@@ -159,6 +166,50 @@ class Columns:
         return pd.Series(lookup[self.codes[name][rows]], dtype=object).infer_objects().to_numpy()
 
 
+CHECKS_KEY = "dstrace.checks"
+"""Where `read_trace` puts what it found odd in the events (`event_checks`), in the metadata it returns (and the
+cache keeps): a key no profiler writes."""
+OVERLAP_TOLERANCE_US = 1.0
+"""Kineto's rounding lets a child outlive its parent by a fraction of a microsecond; an overlap past this is
+not rounding."""
+
+
+def event_checks(columns: Columns) -> dict[str, int]:
+    """What a profiler does not write, counted: complete events with a negative duration, and host events that
+    start inside the one before them on the same thread and end more than OVERLAP_TOLERANCE_US after it
+    (overlapping without nesting; a thread's ranges nest). GPU work is left out: kernels of one stream may
+    overlap (programmatic dependent launch, e.g. cuBLASLt's split-K reduce). The analysis takes the events as
+    they are; these say where it should not be trusted."""
+    n = len(columns)
+    if n == 0:
+        return {"negative_durations": 0, "overlaps": 0}
+    host = ~columns.per_row("cat", lambda c: c in GPU_CATEGORIES or c == "gpu_user_annotation")
+    order = np.flatnonzero(host)
+    order = order[np.lexsort((-columns.dur[order], columns.ts[order], columns.codes["tid"][order],
+                              columns.codes["pid"][order]))]
+    pid, tid = columns.codes["pid"][order], columns.codes["tid"][order]
+    ts, end = columns.ts[order], (columns.ts + np.maximum(columns.dur, 0))[order]
+    same_track = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
+    overlaps = same_track & (ts[1:] < end[:-1]) & (end[1:] > end[:-1] + OVERLAP_TOLERANCE_US)
+    return {"negative_durations": int((columns.dur < 0).sum()), "overlaps": int(overlaps.sum())}
+
+
+def _duplicate_keys(text: bytes) -> list[str]:
+    """The keys an object of this JSON gives twice (the decoders keep the last one silently), by path."""
+    import json
+
+    found: list[str] = []
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        found.extend(sorted({k for k in keys if keys.count(k) > 1}))
+        return dict(items)
+
+    with contextlib.suppress(ValueError, RecursionError):
+        json.loads(text, object_pairs_hook=pairs)
+    return found
+
+
 def _objects(values) -> np.ndarray:
     """A 1-d object array of the values (lists among them stay elements)."""
     return np.fromiter(values, dtype=object, count=len(values))
@@ -187,6 +238,7 @@ class _Builder:
         self.wants_args: dict[str, list[bool]] = {"cat": [], "name": []}  # per table entry: `reads_args`
         self.present = {c: False for c, _ in ALL_ARGS}
         self.ts_all_int = True
+        self.duplicate_keys: list[str] | None = None
 
     def _code_of(self, column: str, value) -> int:
         """The value's code in the column's table: first seen, first coded."""
@@ -233,6 +285,10 @@ class _Builder:
                      "has_dur": has_dur}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"an event's ts or dur is not a number ({exc})") from None
+        except OverflowError:
+            raise ValueError("an event's ts or dur is an integer too large for any clock (over 10^308)") from None
+        if not (np.isfinite(piece["ts"]).all() and np.isfinite(dur).all()):
+            raise ValueError("an event's ts or dur is not a finite number")
         wants = np.zeros(n, dtype=bool)
         for c, values in zip(CODED, (name, cat, pid, tid)):
             try:
@@ -298,7 +354,7 @@ class _Builder:
             has_dur=cat("has_dur", bool), codes={c: cat(c, np.int32) for c in CODED},
             tables={c: list(t) for c, t in self.index.items()},
             args={c: arg(c) for c, _ in ALL_ARGS},
-            present=dict(self.present), ts_all_int=self.ts_all_int)
+            present=dict(self.present), ts_all_int=self.ts_all_int, duplicate_keys=self.duplicate_keys)
         self.pieces = []
         release_freed_memory()
         return columns
@@ -350,13 +406,23 @@ def _meta(top: dict[str, msgspec.Raw]) -> dict:
     return {k: ANY.decode(v) for k, v in top.items() if k != "traceEvents"}
 
 
+def _too_many(events: int) -> untrusted.Refused:
+    return untrusted.Refused(f"holds more than {MAX_EVENTS / 1e6:g} million events ({events / 1e6:.1f} million "
+                             "counted so far), more than dstrace analyzes in one trace: record a shorter window "
+                             "(dstrace record --window-steps)")
+
+
 def _read_whole(path: str) -> tuple[dict, Columns]:
     text = bytearray()
     for piece in untrusted.json_chunks(path, CHUNK_BYTES, MAX_WHOLE_BYTES):
         text += piece
     top = _top(text)
     b = _Builder()
-    b.add(_events(top["traceEvents"]))
+    events = _events(top["traceEvents"])
+    if len(events) > MAX_EVENTS:
+        raise _too_many(len(events))
+    b.add(events)
+    del events
     meta = _meta(top)
     del top, text
     return meta, b.finish()
@@ -374,12 +440,15 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
     if opener < 0 or not buf.lstrip().startswith(b"{"):
         raise _NotKineto
     header = bytes(buf[:opener + 1])
-    k = 0
+    k = events = 0
     for more in chunks:
         buf += more
         cut = buf.rfind(EVENT_SEPARATOR, opener)
         if cut >= 0:
             close = cut + 4  # the "," after the piece's last "\n  }"
+            events += buf.count(EVENT_SEPARATOR, opener, close + 6)  # one after each event of the piece
+            if events > MAX_EVENTS:
+                raise _too_many(events)
             buf[close] = ord("]")
             with memoryview(buf) as view:
                 turn = k % (len(helpers) + 1)
@@ -395,14 +464,20 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
             raise _NotKineto
     try:
         head = ANY.decode(header + b"]}")
-        tail = TOP.decode(b'{"traceEvents": ' + buf[opener:])
+        last = b'{"traceEvents": ' + buf[opener:]
+        tail = TOP.decode(last)
         if not isinstance(head, dict) or "traceEvents" not in tail:
             raise _NotKineto
         b.add(EVENTS.decode(tail["traceEvents"]), k)
     except msgspec.DecodeError:
         raise _NotKineto from None
+    after = len(b'{"traceEvents": ') + len(tail["traceEvents"])  # what follows the array: the other top-level keys
+    twice = _duplicate_keys(header + b"]}") + _duplicate_keys(b'{"traceEvents": null' + last[after:])
+    keys = list(head) + [key for key in tail if key != "traceEvents"]
+    twice += sorted({key for key in keys if keys.count(key) > 1 and key != "traceEvents"})
     head.pop("traceEvents", None)
     head.update(_meta(tail))
+    b.duplicate_keys = twice
     return head, b
 
 
@@ -419,7 +494,7 @@ class Helper:
 
     def __init__(self, ctx) -> None:
         self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_helper_main, args=(theirs,), daemon=True, name="dstrace-helper")
+        self.proc = ctx.Process(target=_helper_main, args=(theirs, os.getpid()), daemon=True, name="dstrace-helper")
         self.proc.start()
         theirs.close()
         self.thread = None
@@ -510,8 +585,27 @@ def _decode_handed(conn) -> tuple:
     return (error, None) if error is not None else (None, b.share())
 
 
-def _helper_main(conn) -> None:
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this forked process when `parent` (the thread that forked it) ends, however it ends
+    (SIGKILL included: no handler of the parent's runs then). Linux only (prctl PR_SET_PDEATHSIG); elsewhere
+    a helper ends when its pipe closes. A parent already gone before the prctl ends this process now."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _helper_main(conn, parent: int) -> None:
     """The helper process: run each job sent, answer it, let go of its memory, until the pipe closes."""
+    die_with_parent(parent)
     while True:
         try:
             job = conn.recv()
@@ -599,7 +693,9 @@ def read_trace(path: str, ways: int = 1, helping: list[Helper] | None = None) ->
         with helpers(ways - 1) as started:
             return read_trace(path, helping=started)
     with _no_collections():
-        return _read_trace(path, helping)
+        meta, columns = _read_trace(path, helping)
+    meta[CHECKS_KEY] = {"duplicate_keys": columns.duplicate_keys or [], **event_checks(columns)}
+    return meta, columns
 
 
 def _read_trace(path: str, helping: list[Helper]) -> tuple[dict, Columns]:
@@ -620,4 +716,4 @@ def _read_trace(path: str, helping: list[Helper]) -> tuple[dict, Columns]:
     except RecursionError:
         raise ValueError("corrupt JSON (nested too deeply for a trace)") from None
     except OSError as exc:
-        raise ValueError(f"unreadable ({exc.strerror or exc})") from None
+        raise ValueError(untrusted.unreadable(path, exc)) from None

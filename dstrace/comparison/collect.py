@@ -10,7 +10,6 @@ default baseline.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -23,7 +22,6 @@ from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE
 from dstrace.runfolder.records import read_manifest, read_run
 
 REPEAT_DIR = re.compile(r"^rep\d+$")
-SWEEP_FILE = "sweep.json"
 SEARCH_DEPTH = 2
 
 
@@ -31,9 +29,16 @@ TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 """Plain torch.profiler output (no dstrace manifests) is compared from what its traces show."""
 
 
+def _names(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        raise UserError(f"cannot read the folder {path} ({exc.strerror or exc}); give folders you can read") from None
+
+
 def is_run_dir(path: str) -> bool:
     return os.path.isdir(path) and any(n == RUN_FILE or n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES)
-                                       for n in os.listdir(path))
+                                       for n in _names(path))
 
 
 def _ref(path: str) -> RunRef:
@@ -49,7 +54,7 @@ def _search(path: str, depth: int) -> list[str]:
     if depth == 0:
         return []
     found = []
-    for name in sorted(os.listdir(path)):
+    for name in _names(path):
         child = os.path.join(path, name)
         if os.path.isdir(child):
             found.extend(_search(child, depth - 1))
@@ -76,17 +81,12 @@ def find_runs(paths: list[str]) -> list[RunRef]:
     return unique
 
 
-def sweep_record(paths: list[str]) -> dict | None:
-    """The sweep.json of the one sweep folder given, if there is exactly one."""
-    records = []
-    for given in paths:
-        candidate = os.path.join(given, SWEEP_FILE)
-        if os.path.isfile(candidate):
-            try:
-                with open(candidate) as f:
-                    records.append(json.load(f))
-            except (OSError, ValueError) as exc:
-                raise UserError(f"cannot read {candidate}: {exc}") from None
+def sweep_record(paths: list[str]):
+    """The sweep record (`sweep.read_sweep_record`) of the one sweep folder given, if there is exactly one."""
+    from dstrace.comparison.sweep import SWEEP_FILE, read_sweep_record
+
+    records = [read_sweep_record(os.path.join(given, SWEEP_FILE)) for given in paths
+               if os.path.lexists(os.path.join(given, SWEEP_FILE))]
     return records[0] if len(records) == 1 else None
 
 

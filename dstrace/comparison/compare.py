@@ -38,13 +38,13 @@ def compare_runs(run_dirs: list[str], baseline: str | None = None,
     from dstrace.comparison.verdict import verdict
 
     refs = find_runs(run_dirs)
-    sweep = sweep_record(run_dirs) or {}
-    order = list(sweep.get("configurations") or [])
+    sweep = sweep_record(run_dirs)
+    order = list(sweep.configurations) if sweep else []
     order += sorted({r.config for r in refs} - set(order))
     present = {r.config for r in refs}
     order = [name for name in order if name in present]
-    if baseline is None and sweep.get("baseline") in present:
-        baseline = sweep["baseline"]
+    if baseline is None and sweep and sweep.baseline in present:
+        baseline = sweep.baseline
     if baseline is not None and baseline not in present:
         raise UserError(f"no configuration named {baseline!r} to use as the baseline; "
                         f"the configurations are: {', '.join(order)}")

@@ -23,6 +23,8 @@ from dstrace.errors import UserError
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENV_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 BUILTINS = ("python",)
+MAX_SPEC_BYTES = 16 << 20
+"""A spec names a few configurations: kilobytes. A larger file is refused before it is read."""
 
 
 @dataclass
@@ -75,16 +77,25 @@ def expand_env(value: str, environ: dict[str, str]) -> str:
 
 
 def load_spec(path: str, overrides: dict[str, str]) -> SweepSpec:
+    from dstrace.runfolder.untrusted import Refused, read_bytes, unreadable
+
     try:
-        with open(path) as f:
-            raw = json.load(f)
+        raw = json.loads(read_bytes(path, MAX_SPEC_BYTES))
     except OSError as exc:
-        raise UserError(f"cannot read sweep spec {path}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot read sweep spec {path}: {unreadable(path, exc)}") from None
+    except Refused as exc:
+        raise UserError(f"cannot read sweep spec {path}: {exc}") from None
     except ValueError as exc:
         raise UserError(f"sweep spec {path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UserError(f"sweep spec {path} is not valid JSON: nested too deeply for a spec") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("configurations"), list) or not raw["configurations"]:
         raise UserError(f"sweep spec {path} needs a non-empty \"configurations\" list")
     defaults = raw.get("variables") or {}
+    if not isinstance(defaults, dict):
+        raise UserError(f"\"variables\" of {path} must map names to default values")
+    if not isinstance(raw.get("description", ""), str):
+        raise UserError(f"\"description\" of {path} must be text")
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         raise UserError(f"--set {unknown[0]}: the spec {path} has no such variable; "
@@ -112,10 +123,13 @@ def load_spec(path: str, overrides: dict[str, str]) -> SweepSpec:
             raise UserError(f"configuration {name} of {path}: \"env\" must map names to strings")
         env = {**shared_env, **own_env}
         where = f"configuration {name} of {path}"
+        note = c.get("note")
+        if note is not None and not isinstance(note, str):
+            raise UserError(f"configuration {name} of {path}: \"note\" must be text")
         configs.append(Configuration(name=name, command=[_fill(a, values, where) for a in command],
-                                     env={k: _fill(v, values, where) for k, v in env.items()}, note=c.get("note")))
+                                     env={k: _fill(v, values, where) for k, v in env.items()}, note=note))
     baseline = raw.get("baseline")
-    if baseline is not None and baseline not in names:
-        raise UserError(f"the baseline {baseline!r} of {path} is not one of its configurations")
+    if baseline is not None and (not isinstance(baseline, str) or baseline not in names):
+        raise UserError(f"the baseline {str(baseline)[:60]!r} of {path} is not one of its configurations")
     return SweepSpec(path=os.path.abspath(path), description=raw.get("description", ""), baseline=baseline,
                      variables={k: v for k, v in variables.items() if v is not None}, configurations=configs)

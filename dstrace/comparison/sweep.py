@@ -11,7 +11,6 @@ the comparison is written to `OUT/compare.json` and `OUT/compare.md`, and printe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -20,9 +19,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+import msgspec
+
 from dstrace.errors import UserError
 
 SWEEP_SCHEMA = "dstrace.sweep/1"
+SWEEP_FILE = "sweep.json"
 COMPARE_FILE = "compare.json"
 COMPARE_MARKDOWN = "compare.md"
 TERM_GRACE_S = 60.0  # what a recorder gets, after SIGTERM, to write its ranks' files
@@ -61,10 +63,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", metavar="NAME", help="baseline of the comparison (default: the spec's)")
 
 
-def _run_record(run_dir: str) -> dict | None:
+MAX_SWEEP_BYTES = 16 << 20
+"""A sweep.json names configurations and runs: kilobytes. A larger one is not one dstrace wrote."""
+
+
+class SweepRecord(msgspec.Struct):
+    """What `dstrace compare` reads of a sweep folder's sweep.json (the rest is for people)."""
+    schema: str
+    configurations: list[str] = []
+    baseline: str | None = None
+
+
+def read_sweep_record(path: str) -> SweepRecord:
+    """A sweep folder's sweep.json, refused (UserError, one line naming the file) when it is larger than
+    MAX_SWEEP_BYTES, not a regular file, not JSON, or not of the schema dstrace writes."""
+    from dstrace.runfolder.untrusted import Refused, read_bytes, unreadable
+
     try:
-        with open(os.path.join(run_dir, "run.json")) as f:
-            run = json.load(f)
+        record = msgspec.json.decode(read_bytes(path, MAX_SWEEP_BYTES), type=SweepRecord)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {unreadable(path, exc)}") from None
+    except Refused as exc:
+        raise UserError(f"cannot read {path}: {exc}; remove it from the sweep folder") from None
+    except msgspec.ValidationError as exc:
+        raise UserError(f"{path} is not a sweep record dstrace wrote ({exc}); remove it from the sweep folder "
+                        "or compare the run folders themselves") from None
+    except msgspec.DecodeError as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); remove it from the sweep folder") from None
+    except RecursionError:
+        raise UserError(f"{path} is corrupt JSON (nested too deeply for a sweep record); remove it from the "
+                        "sweep folder") from None
+    if record.schema != SWEEP_SCHEMA:
+        raise UserError(f"{path} is not a {SWEEP_SCHEMA} record (schema {record.schema[:40]!r}); remove it from the "
+                        "sweep folder or compare the run folders themselves")
+    return record
+
+
+def _run_record(run_dir: str) -> dict | None:
+    from dstrace.runfolder.records import read_json_object
+
+    try:
+        run = read_json_object(os.path.join(run_dir, "run.json"))
     except (OSError, ValueError):
         return None
     return run if run.get("ended") is not None else None
@@ -124,7 +163,7 @@ def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutco
 def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcomes: list[RunOutcome]) -> None:
     from dstrace.runfolder.records import write_json_atomic
 
-    write_json_atomic(os.path.join(out, "sweep.json"), {
+    write_json_atomic(os.path.join(out, SWEEP_FILE), {
         "schema": SWEEP_SCHEMA, "spec": spec.path, "description": spec.description, "baseline": baseline,
         "repeats": repeats, "variables": spec.variables,
         "configurations": [c.name for c in spec.configurations],

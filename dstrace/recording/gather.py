@@ -39,9 +39,21 @@ def main(args) -> int:
     return 0
 
 
+def _listing(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError as e:
+        raise UserError(f"cannot read the folder {folder} ({e.strerror or e}); give a folder you can read") from None
+
+
 def _rank_files(folder: str) -> list[str]:
-    return [n for n in sorted(os.listdir(folder))
+    return [n for n in _listing(folder)
             if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(SUMMARY_SUFFIX)]
+
+
+def _refuse_link(path: str, what: str) -> None:
+    if os.path.islink(path):
+        raise UserError(f"{path} is a link: gather {what}; replace it with the folder itself")
 
 
 def _is_gathered(path: str) -> bool:
@@ -63,9 +75,10 @@ def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
             raise UserError(f"{src} is not a folder: give the run folders the nodes wrote")
         entries = [(os.path.join(src, n), os.path.join(out, n)) for n in _rank_files(src)]
         nodes_dir = os.path.join(src, NODES_DIR)
+        _refuse_link(nodes_dir, "reads no folder through one")
         if os.path.isdir(nodes_dir):
             entries += [(os.path.join(nodes_dir, n), os.path.join(out, NODES_DIR, n))
-                        for n in sorted(os.listdir(nodes_dir)) if n.endswith(".json")]
+                        for n in _listing(nodes_dir) if n.endswith(".json")]
         run_file = os.path.join(src, RUN_FILE)
         if os.path.isfile(run_file) and not _is_gathered(run_file):
             entries.append((run_file, os.path.join(out, NODES_DIR, f"{os.path.basename(src)}.json")))
@@ -108,8 +121,8 @@ def _check_one_run(out: str, plan: list[tuple[str, str]]) -> str:
 
 
 def _copy(source: str, dest: str) -> None:
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
     try:
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
         copy_regular_atomic(source, dest)
     except (OSError, ValueError) as e:
         raise UserError(f"cannot copy {source}: {e}") from None
@@ -119,7 +132,7 @@ def _node_records(out: str) -> dict[str, dict]:
     folder = os.path.join(out, NODES_DIR)
     records = {}
     if os.path.isdir(folder):
-        for name in sorted(os.listdir(folder)):
+        for name in _listing(folder):
             if name.endswith(".json"):
                 try:
                     records[name.removesuffix(".json")] = read_node_record(os.path.join(folder, name))
@@ -134,7 +147,13 @@ def gather(output: str, node_folders: list[str]) -> RunRecord:
     sources = [os.path.abspath(n) for n in node_folders if os.path.abspath(n) != out]
     if not sources and not os.path.isdir(out):
         raise UserError(f"{out} is not a folder: give the shared run folder, or OUT and the node folders")
-    os.makedirs(out, exist_ok=True)
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise UserError(f"{out} is there and is not a folder: give gather a folder to write the run into")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot make the folder {out} ({e.strerror or e}); choose another OUT") from None
+    _refuse_link(os.path.join(out, NODES_DIR), "writes no file through one")
     plan = _plan(out, sources)
     run_id = _check_one_run(out, plan)
     own_run = os.path.join(out, RUN_FILE)

@@ -37,6 +37,15 @@ def _wrap(owner, attr: str, make):
     setattr(owner, attr, wrapper)
 
 
+def _passing_through(error: BaseException) -> None:
+    """Take the calling wrapper's frame off the traceback of an exception the wrapped function raised, so that
+    the job's traceback holds no dstrace frame it would not have had; the wrapper's bare `raise` (which adds no
+    frame of its own) then passes it on."""
+    tb = error.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        error.__traceback__ = tb.tb_next
+
+
 # ---- DeepSpeed configs -------------------------------------------------------------------------
 def snapshot_config(config):
     """The config exactly as passed, as JSON: a dict copied, a path recorded with the file's content."""
@@ -101,6 +110,7 @@ def _deepspeed_api(name: str, config_of, returns_model: bool = True):
             try:
                 result = original(*args, **kwargs)
             except BaseException as e:
+                _passing_through(e)
                 r.close()
                 if call is not None:
                     call.wall_s = round(time.perf_counter() - t0, 6)
@@ -175,13 +185,20 @@ def patch_zero_init(module) -> None:
         def __enter__(self, *a, **k):
             self.__dict__.setdefault("_dstrace_open", []).append((ranges.Range("deepspeed.zero.Init context"),
                                                                   time.perf_counter()))
-            return original(self, *a, **k)
+            try:
+                return original(self, *a, **k)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return __enter__
 
     def make_exit(original):
         def __exit__(self, *a, **k):
             try:
                 return original(self, *a, **k)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             finally:
                 opened = self.__dict__.get("_dstrace_open")
                 if opened:
@@ -225,13 +242,24 @@ def patch_param_coordinator(module) -> None:
             def wrapper(self, submodule, *args, **kwargs):
                 s = session.get()
                 if s is None:
-                    return original(self, submodule, *args, **kwargs)
+                    try:
+                        return original(self, submodule, *args, **kwargs)
+                    except BaseException as e:
+                        _passing_through(e)
+                        raise
                 s.manifest.zero3[counter] += 1
                 if not ranges.active:
-                    return original(self, submodule, *args, **kwargs)
+                    try:
+                        return original(self, submodule, *args, **kwargs)
+                    except BaseException as e:
+                        _passing_through(e)
+                        raise
                 r = ranges.Range(_range_name(submodule, kind))
                 try:
                     return original(self, submodule, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
                 finally:
                     r.close()
             return wrapper
@@ -241,7 +269,11 @@ def patch_param_coordinator(module) -> None:
         def wrapper(self, params, *args, **kwargs):
             s = session.get()
             if s is None:
-                return original(self, params, *args, **kwargs)
+                try:
+                    return original(self, params, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             nbytes = 0
             try:  # inline rather than s.guard(): a context manager per gather costs more than the sizing
                 status = module.ZeroParamStatus.NOT_AVAILABLE
@@ -250,10 +282,17 @@ def patch_param_coordinator(module) -> None:
             except Exception as e:  # noqa: BLE001 - recording must never break the job
                 s.note_failure("zero3 gathered bytes", e)
             if not ranges.active:
-                return original(self, params, *args, **kwargs)
+                try:
+                    return original(self, params, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             r = ranges.Range(f"zero3.allgather bytes={nbytes}")
             try:
                 return original(self, params, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             finally:
                 r.close()
         return wrapper
@@ -282,7 +321,11 @@ def _generation_api(api: str):
         def wrapper(self, *args, **kwargs):
             s = session.get()
             if s is None:
-                return original(self, *args, **kwargs)
+                try:
+                    return original(self, *args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             call, handles = None, []
             with s.guard(f"{api} begin"):
                 call = s.begin_call(api, self)
@@ -297,6 +340,7 @@ def _generation_api(api: str):
             try:
                 output = original(self, *args, **kwargs)
             except BaseException as e:
+                _passing_through(e)
                 error = e
                 raise
             finally:
@@ -350,7 +394,11 @@ def patch_modeling(module) -> None:
     """Every HF model runs post_init() at the end of its __init__: the place to find a chat()."""
     def make(original):
         def post_init(self, *args, **kwargs):
-            result = original(self, *args, **kwargs)
+            try:
+                result = original(self, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             s = session.get()
             if s is not None:
                 with s.guard("chat instrumentation"):
@@ -387,7 +435,11 @@ def patch_hf_deepspeed_config(module) -> None:
                     config_file_or_dict = _hf_overridden(s, config_file_or_dict)
                     applied = (s.manifest.hf_deepspeed_config_overrides or {}).get("config", snap)
                     s.manifest.tp_requested.extend(tp_requests(applied, "HfDeepSpeedConfig"))
-            return original(self, config_file_or_dict, *args, **kwargs)
+            try:
+                return original(self, config_file_or_dict, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return __init__
 
     _wrap(module.HfDeepSpeedConfig, "__init__", make)
@@ -411,7 +463,11 @@ def patch_optimizer(module) -> None:
 def _boundary_after(trigger: str):
     def make(original):
         def wrapper(*args, **kwargs):
-            result = original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             _boundary(trigger)
             return result
         return wrapper
@@ -425,7 +481,11 @@ def _boundary_before(trigger: str, model_of, counts=lambda self: True):
         def wrapper(self, *args, **kwargs):
             if counts(self):
                 _boundary(trigger, model_of(self, args))
-            return original(self, *args, **kwargs)
+            try:
+                return original(self, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return wrapper
     return make
 
@@ -456,12 +516,44 @@ def patch_profiler(module) -> None:
     _wrap(module.profile, "step", _boundary_after("profiler.step"))
 
 
+def patch_autograd_profiler(module) -> None:
+    """Every torch profiler (torch.profiler.profile, torch.autograd.profiler.profile, a schedule's warm-up) is
+    made ready in autograd's `profile._prepare_trace`: when the job's own gets there, dstrace's window gives
+    way first (`RankSession.stand_aside`), since two profilers in one process end in a segfault."""
+    def make(original):
+        def _prepare_trace(self, *args, **kwargs):
+            s = session.current()
+            if s is not None and not s.window.owns(sys._getframe(1).f_locals.get("self")):
+                with s.guard("stand aside"):
+                    s.stand_aside(f"{type(self).__module__}.{type(self).__qualname__}, {_job_frame()}")
+            try:
+                return original(self, *args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
+        return _prepare_trace
+
+    _wrap(module.profile, "_prepare_trace", make)
+
+
+def _job_frame() -> str:
+    """`file:line` of the job's code that called into torch's profiler: the first frame outside torch and dstrace."""
+    frame = sys._getframe(1)
+    while frame is not None and re.search(r"[/\\](torch|dstrace)[/\\]", frame.f_code.co_filename):
+        frame = frame.f_back
+    return "at an unknown place" if frame is None else f"at {frame.f_code.co_filename}:{frame.f_lineno}"
+
+
 def patch_tensor_parallel(module) -> None:
     """torch-native TP: the inventory of the module `parallelize_module` returns, its weights now DTensors
     (parallelize the whole model in one call for a whole inventory; the last call's module is the one kept)."""
     def make(original):
         def parallelize_module(*args, **kwargs):
-            result = original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
             s = session.get()
             if s is not None:
                 with s.guard("parallelize_module inventory"):
@@ -510,11 +602,19 @@ def patch_collectives(module) -> None:
     def make(original):
         def collective(*args, **kwargs):
             if compiling():
-                return original(*args, **kwargs)
+                try:
+                    return original(*args, **kwargs)
+                except BaseException as e:
+                    _passing_through(e)
+                    raise
             tick = session.collective_tick
             if tick is not None:
                 tick()
-            return original(*args, **kwargs)
+            try:
+                return original(*args, **kwargs)
+            except BaseException as e:
+                _passing_through(e)
+                raise
         return collective
 
     for name in COLLECTIVES:
@@ -549,6 +649,7 @@ PATCHES = {
     "torch.distributed.fsdp._fully_shard._fsdp_state": patch_fsdp2,
     "torch.distributed.fsdp.fully_sharded_data_parallel": patch_fsdp1,
     "torch.profiler.profiler": patch_profiler,
+    "torch.autograd.profiler": patch_autograd_profiler,
     "torch.distributed.tensor.parallel.api": patch_tensor_parallel,
     "torch.distributed.distributed_c10d": patch_collectives,
     "torch.nn.modules.module": patch_parameter_registration,

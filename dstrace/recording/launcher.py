@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -261,7 +262,9 @@ def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:
 
 
 def _run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run the command; pass SIGTERM/SIGHUP on, and let Ctrl-C reach it as it would without dstrace."""
+    """Run the command; pass SIGTERM/SIGHUP on, and let Ctrl-C reach it as it would without dstrace. A signal
+    ignored when `record` started (SIGHUP under nohup) stays ignored: the command inherits SIG_IGN, as it would
+    have, and `record` passes on none."""
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as e:
@@ -273,7 +276,8 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
         forwarded.setdefault("at", time.monotonic())
         child.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *a: None)  # the terminal sends it to the child too
     try:
         while True:
@@ -316,8 +320,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
             continue
         status = m.status if m.status != "running" else "crashed"
         if status != "complete":
-            detail = (f": {m.exit_error.get('type')}: {str(m.exit_error.get('message'))[:200]}"
-                      if m.exit_error else "")
+            detail = f": {exception_text(m.exit_error)}" if m.exit_error else ""
             run.problems.append(f"rank {m.rank} {status}{detail}")
         lost = list(m.lost)
         if m.window and m.window.trace_file and m.window.trace_file not in traces.get(m.rank, []):
@@ -375,6 +378,12 @@ def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
 
 def window_text(w: Window) -> str:
     """Which trigger opened a rank's window and what it covered, as `record` prints it."""
+    if w.stood_aside:
+        return f"{_window_text(w)}; then dstrace stood aside: {w.stood_aside}"
+    return _window_text(w)
+
+
+def _window_text(w: Window) -> str:
     if w.trigger == TIME_TRIGGER:
         return (f"time: {w.seconds:g} s at module or collective calls, {w.after_s:g} s after recording started, "
                 "once the profiler was ready")
@@ -398,8 +407,28 @@ def _unrecorded(run_dir: str) -> list[str]:
     return out
 
 
+def exception_text(error: dict) -> str:
+    """An exception as Python prints its last line: `Type: message`, or `Type` alone for an empty message."""
+    message = error.get("message")
+    return f"{error.get('type')}: {message}" if message not in (None, "") else str(error.get("type"))
+
+
+_RANK_ENDED = re.compile(r"rank \d+ (failed|crashed|interrupted|terminated)\b")
+MESSAGE_LINES = 12
+"""Lines of a crashed rank's message printed after its first (whole, however long); run.json and the rank's
+manifest hold them all."""
+
+
 def _report(run: RunRecord, run_dir: str) -> None:
+    """The summary, then how each rank that did not complete ended (its exception as the job printed it),
+    then what each rank recorded or why it did not, then the other problems."""
     traces = sum(len(r.traces) for r in run.ranks)
     say(f"{run.status} run: {len(run.ranks)} rank(s) of world {run.world_size}, {traces} trace(s), in {run_dir}")
-    for line in run.notes + run.problems:
-        say(line)
+    ended = [p for p in run.problems if _RANK_ENDED.match(p)]
+    for text in ended + run.notes + [p for p in run.problems if p not in ended]:
+        first, *rest = text.split("\n")
+        say(first)
+        for line in rest[:MESSAGE_LINES]:
+            say(f"  {line.expandtabs()}")
+        if len(rest) > MESSAGE_LINES:
+            say(f"  ({len(rest) - MESSAGE_LINES} more line(s) in the rank's manifest)")

@@ -20,13 +20,18 @@ from . import ranges
 from .overrides import device_memory_bytes
 from ..runfolder.names import manifest_path, safe_name
 from ..runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, to_json, write_json_atomic
-from .window import GENERATE_TRIGGER, ITERATION_TRIGGERS, TIME_TRIGGER, ProfilerWindow, Span, WindowOptions
+from .window import ITERATION_TRIGGERS, TIME_TRIGGER, ProfilerWindow, Span, WindowOptions
 
 ENV_RUN_DIR = "DSTRACE_RUN_DIR"
 ENV_RUN_ID = "DSTRACE_RUN_ID"
 ENV_WINDOW = "DSTRACE_WINDOW"
 ENV_SINGLE = "DSTRACE_SINGLE_PROCESS_PARENT"  # pid of the dstrace launcher when the command is plain python
 ENV_RANK_PID = "DSTRACE_RANK_PID"  # set by a recorded rank: processes it starts are part of it, not ranks
+
+WRITING_NOTE = "trace: the rank ended while writing it (killed before the write could finish)"
+"""In the manifest's `lost` while a trace is written, taken out once it is whole: a rank killed in between
+(SIGKILL, a launcher's last resort) is then said to have lost its trace, and why."""
+MAX_MESSAGE_CHARS = 20000  # of an exception's message kept in the manifest
 
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "TORCHELASTIC_", "DS_", "OMP_", "MASTER_", "DSTRACE_")
 _ENV_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
@@ -66,6 +71,7 @@ class RankSession:
         self.spans: list[Span] = []  # DeepSpeed entry points and generation calls: shown around the window
         self._call_span: Span | None = None
         self._time_hook = None
+        self.deferred: list[int] = []  # signals that came while dstrace wrote (`signals_held`)
         if window.mode == "full":
             threading.Thread(target=self._await_time_window, name="dstrace-window-timer", daemon=True).start()
 
@@ -114,12 +120,39 @@ class RankSession:
                 "window": to_json(self.window.options)}
 
     def export_window(self) -> None:
-        try:
-            self._refresh_identity()
-            self.window.export(self.run_dir, self.worker, list(self.spans))
-        except Exception as e:  # noqa: BLE001 - recording must never break the job; the loss is recorded
-            self.note_failure("trace export", e)
-            self.manifest.lost.append(f"trace: {type(e).__name__}: {e}")
+        """Write the window's trace, whole or recorded as lost: a SIGTERM, SIGHUP or Ctrl-C that comes
+        meanwhile waits until the trace's atomic rename is done (a launcher that will not wait kills with
+        SIGKILL, and the manifest's `lost` then says the trace was being written), then takes its course."""
+        if not self.window.recorded:  # at most a profiler made ready, never recording: stopped, nothing written
+            with self.guard("trace export"):
+                self.window.export(self.run_dir, self.worker)
+            return
+        with self.lock:
+            lost = self.manifest.lost
+            lost.append(WRITING_NOTE)
+            self.flush()
+            with signals_held(self):
+                try:
+                    self._refresh_identity()
+                    self.window.export(self.run_dir, self.worker, list(self.spans))
+                except Exception as e:  # noqa: BLE001 - recording must never break the job; the loss is recorded
+                    self.note_failure("trace export", e)
+                    lost.append(f"trace: {type(e).__name__}: {e}")
+                finally:
+                    lost.remove(WRITING_NOTE)
+                    self.flush()
+
+    def stand_aside(self, where: str) -> None:
+        """The job starts its own torch.profiler: dstrace's window, open or due, ends first (`ProfilerWindow.stand_aside`)."""
+        with self.lock:
+            if self.window.stand_aside(f"the job started its own torch.profiler ({where})"):
+                self.export_window()
+            self.flush()
+
+    def forked_off(self) -> None:
+        """This is a fork's child: it is part of the rank, not the rank; it writes nothing of the rank's."""
+        self._finished = True
+        self.window.abandon()
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
         """Write everything recorded so far; called once, at exit, on an exception or a signal."""
@@ -132,7 +165,7 @@ class RankSession:
             m.status = status
             m.ended = time.time()
             if error is not None:
-                m.exit_error = {"type": type(error).__name__, "message": str(error)[:2000]}
+                m.exit_error = {"type": type(error).__name__, "message": str(error)[:MAX_MESSAGE_CHARS]}
             with self.guard("environment"):
                 collect_environment(m)
             self.flush()
@@ -164,8 +197,7 @@ class RankSession:
             call.wall_s = round(wall_s, 6)
             if error is not None:
                 call.error = f"{type(error).__name__}: {error}"[:500]
-            if self.window.record.trigger == GENERATE_TRIGGER:
-                self.window.stop()
+            if self.window.call_ended():
                 self.export_window()  # after the call, so writing the trace is not timed inside it
         self.flush()
 
@@ -174,8 +206,8 @@ class RankSession:
         if call is None:
             return None
         step = len(self._step_starts)
-        self._step_starts.append(time.perf_counter())  # before the profiler starts: its cost is in-window
-        self.window.before_step(call.index, step)
+        self._step_starts.append(time.perf_counter())  # before the profiler acts: its cost is in this step
+        call.step_kinds.append(self.window.before_step(call.index, step))
         call.gathered_bytes.append(0)
         return ranges.Range(f"step#{step}")
 
@@ -183,7 +215,9 @@ class RankSession:
         if opened is not None:
             opened.close()
         if self._call is not None:
-            self.window.after_step(self._call.index, len(self._step_starts) - 1)
+            kind = self.window.after_step(self._call.index, len(self._step_starts) - 1)
+            if kind is not None and self._call.step_kinds:
+                self._call.step_kinds[-1] = kind
 
     # ---- iterations and time ----------------------------------------------------------------------
     def iteration(self, trigger: str) -> None:
@@ -318,6 +352,11 @@ def note_error(message: str) -> None:
         _pending_errors.append(message)
 
 
+def current() -> RankSession | None:
+    """This process's session if it has one; never makes one."""
+    return _session
+
+
 def get() -> RankSession | None:
     """This process's session, created at the first need; None when dstrace is not recording."""
     global _session
@@ -334,9 +373,9 @@ def get() -> RankSession | None:
 
 
 def _inside_a_rank() -> bool:
-    """A process started by a recorded rank (a data-loader worker, a compile helper) inherits RANK."""
-    owner = os.environ.get(ENV_RANK_PID)
-    return owner is not None and owner != str(os.getpid())
+    """A process started by a recorded rank (a data-loader worker, a compile helper) inherits RANK; a rank
+    that exec'ed itself keeps its pid."""
+    return ENV_RANK_PID in os.environ  # or this process was a rank and exec'ed itself (`_wrap_exec`)
 
 
 def is_rank_process() -> bool:
@@ -345,6 +384,43 @@ def is_rank_process() -> bool:
         return True
     parent = os.environ.get(ENV_SINGLE)
     return parent is not None and parent == str(os.getppid())
+
+
+HELD_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_real_signal, _real_getsignal = signal.signal, signal.getsignal  # before `_hide_handler` wraps them
+_held_depth = 0
+
+
+@contextmanager
+def signals_held(s: RankSession, redeliver: bool = True):
+    """On the main thread, the Python handlers of SIGTERM, SIGHUP and SIGINT (dstrace's, the job's, Python's
+    KeyboardInterrupt) wait while dstrace writes: a signal that comes is noted, and once the outermost hold
+    ends it is sent again (`redeliver`), so that the job goes on as it would have; a hold around the rank's
+    last writes at exit drops them (the job has ended; its exit code stays its own). Elsewhere the rank's
+    lock holds up dstrace's handler, which takes it, and the job's own handlers run on the main thread."""
+    global _held_depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    swapped = {}
+    if _held_depth == 0:
+        for sig in HELD_SIGNALS:
+            handler = _real_getsignal(sig)
+            if callable(handler):
+                swapped[sig] = handler
+                _real_signal(sig, lambda signum, frame: s.deferred.append(signum))
+    _held_depth += 1
+    try:
+        yield
+    finally:
+        _held_depth -= 1
+        for sig, handler in swapped.items():
+            _real_signal(sig, handler)
+        if _held_depth == 0:
+            pending = list(dict.fromkeys(s.deferred)) if redeliver else []
+            s.deferred.clear()
+            for sig in pending:
+                os.kill(os.getpid(), sig)
 
 
 def _install_exit_handlers(s: RankSession) -> None:
@@ -361,12 +437,13 @@ def _install_exit_handlers(s: RankSession) -> None:
 
     def at_exit():
         err = state["error"]
-        if err is None:
-            s.finish("complete")
-        elif isinstance(err, KeyboardInterrupt):
-            s.finish("interrupted", err)
-        else:
-            s.finish("failed", err)
+        with signals_held(s, redeliver=False):
+            if err is None:
+                s.finish("complete")
+            elif isinstance(err, KeyboardInterrupt):
+                s.finish("interrupted", err)
+            else:
+                s.finish("failed", err)
 
     atexit.register(at_exit)
 
@@ -374,12 +451,78 @@ def _install_exit_handlers(s: RankSession) -> None:
 
     def on_term(signum, frame):
         for sig in ours:  # a second signal (launchers often send two) must not cut the trace's write short
-            signal.signal(sig, signal.SIG_IGN)
-        s.finish("terminated", RuntimeError(f"received {signal.Signals(signum).name}"))
-        signal.signal(signum, signal.SIG_DFL)
+            _real_signal(sig, signal.SIG_IGN)
+        with signals_held(s, redeliver=False):
+            s.finish("terminated", RuntimeError(f"received {signal.Signals(signum).name}"))
+        _real_signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     if threading.current_thread() is threading.main_thread():
         for sig in ours:
-            signal.signal(sig, on_term)
+            _real_signal(sig, on_term)
+        _hide_handler(on_term)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _wrap_exec(s)
+
+
+def _hide_handler(ours) -> None:
+    """The job sees the handlers it would have seen without dstrace: `signal.getsignal` and the previous
+    handler `signal.signal` returns say SIG_DFL where dstrace's own is installed."""
+    import functools
+
+    @functools.wraps(_real_getsignal)
+    def getsignal(signalnum):
+        handler = _real_getsignal(signalnum)
+        return signal.SIG_DFL if handler is ours else handler
+
+    @functools.wraps(_real_signal)
+    def signal_(signalnum, handler):
+        previous = _real_signal(signalnum, handler)
+        return signal.SIG_DFL if previous is ours else previous
+
+    signal.getsignal, signal.signal = getsignal, signal_
+
+
+def _after_fork_in_child() -> None:
+    """A fork's child is part of its rank: it writes none of the rank's files (a fork Pool's workers, ended
+    by SIGTERM, would each write the rank's trace again) and does not become a rank itself. If dstrace made
+    a profiler ready in the parent, Kineto's config loader joins at exit a thread the child does not have,
+    and the child hangs there (pytorch/kineto#998): the child then leaves through `_exit` with its exit
+    status once Python has finished (glibc's on_exit, registered after Kineto's destructors, runs first)."""
+    global _session, collective_tick
+    s, _session, collective_tick = _session, None, None
+    if s is None:
+        return
+    s.forked_off()
+    from .window import kineto_started
+
+    if kineto_started:
+        with suppress(Exception):  # no glibc: the child may hang at exit, as it would after the job's own profiler
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            libc.on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            libc.on_exit(ctypes.cast(libc._exit, ctypes.c_void_p), None)
+
+
+def _wrap_exec(s: RankSession) -> None:
+    """A rank that replaces itself (os.execv and the other os.exec* functions, which call execv or execve)
+    writes its files first; the new program, the same process, is not recorded again (`_inside_a_rank`)."""
+    import functools
+
+    def make(original, with_env: bool):
+        @functools.wraps(original)
+        def exec_(path, args, *env):
+            if _session is s:
+                with s.guard("exec"):
+                    s.manifest.hook_errors.append(
+                        f"the rank's process replaced itself with {os.fspath(path)!r} (os.exec*): what it ran "
+                        "from then on was not recorded")
+                    s.finish("complete")
+            if with_env and env and env[0] is not None and ENV_RUN_DIR in env[0]:
+                env = (dict(env[0], **{ENV_RANK_PID: str(os.getpid())}),)
+            return original(path, args, *env)
+        return exec_
+
+    os.execv, os.execve = make(os.execv, False), make(os.execve, True)
 

@@ -28,12 +28,13 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 from ..runfolder.files import atomic_file
 from . import ranges
-from ..runfolder.records import Window
+from ..runfolder.records import STEP_KINDS, Window
 
 MODES = ("full", "annotate")
 GENERATE_TRIGGER = "generate step"
@@ -51,6 +52,12 @@ clock meets the trace's. Its end is the meeting point: the first range of a prof
 so inside itself."""
 _MARKER_EVENT = re.compile(rb'"name": "' + re.escape(MARKER.encode()) + rb'",\s*"pid": (\d+),\s*"tid": (\d+),\s*"ts": ([\d.]+),\s*"dur": ([\d.]+)')
 _EVENTS_OPEN = re.compile(rb'"traceEvents":\s*\[')
+_UNSAFE_FOR_KINETO = re.compile(r'[\x00-\x1f\x7f"\\]')
+"""Characters Kineto does not keep in a trace's path (it escapes them, and renames to the escaped name)."""
+
+kineto_started = False
+"""Whether dstrace made a profiler ready in this process: Kineto's config loader then runs a thread that a
+fork's child does not have, and the child hangs at exit joining it (`session` works around it)."""
 
 
 @dataclass
@@ -106,6 +113,7 @@ class ProfilerWindow:
         self._opened = self._closed = None  # perf_counter at the profiler's start and stop
         self._marker_slack_us = 0.0
         self._step_range = None  # the open ProfilerStep#n of an iteration window
+        self._warmed = False  # made ready in a generation call's warm-up step, not recording yet
 
     @property
     def active(self) -> bool:
@@ -113,9 +121,14 @@ class ProfilerWindow:
         return self._prof is not None and self._started and not self._done
 
     @property
+    def recorded(self) -> bool:
+        """Holds a recording not yet written (open, or stopped awaiting `export`)."""
+        return self._prof is not None and self._started
+
+    @property
     def taken(self) -> bool:
         """A window opened by a trigger other than time: nothing else may open one."""
-        return self.record.trigger not in (None, TIME_TRIGGER)
+        return self.record.trigger not in (None, TIME_TRIGGER) or self.record.stood_aside is not None
 
     def _prepare(self) -> bool:
         """Make the profiler ready (Kineto and, on a GPU, CUPTI: seconds the first time on an H200) without
@@ -125,6 +138,8 @@ class ProfilerWindow:
 
         if torch.autograd.profiler._is_profiler_enabled:
             return False
+        global kineto_started
+        kineto_started = True
         gpu = torch.cuda.is_available()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
         # NCCL kernels carry their message sizes; gloo's CPU collectives show them only as shapes.
@@ -158,6 +173,31 @@ class ProfilerWindow:
         ranges.set_profiling(True)
         return True
 
+    def owns(self, profiler) -> bool:
+        """Whether `profiler` (a torch.profiler.profile) is this window's: the job's own are the others."""
+        return profiler is not None and profiler is self._prof
+
+    def stand_aside(self, reason: str) -> bool:
+        """The job starts a torch.profiler of its own: only one may run in a process (two end in a segfault),
+        so dstrace's window ends here and never opens again. True when it had recorded, to be written now."""
+        if self.record.stood_aside is not None:
+            return False
+        self.record.stood_aside = reason
+        if self._prof is None:
+            return False
+        recorded = self._started
+        self.stop()
+        if not recorded:  # made ready for a time-based window, never recording: nothing to write
+            self._prof = None
+            self.record.trigger = None
+        return recorded
+
+    def abandon(self) -> None:
+        """In a fork's child: the profiler is the parent's; the child neither stops nor writes it."""
+        self._prof = self._step_range = None
+        self._done = True
+        ranges.set_profiling(False)
+
     def _discard(self) -> None:
         """Drop the time-based window, unwritten: a better trigger came."""
         if self._prof is not None:
@@ -168,19 +208,54 @@ class ProfilerWindow:
         self.record.recorded_steps = []
 
     # ---- generate steps ------------------------------------------------------------------------
+    # torch.profiler's schedule (wait, warmup, active) done by hand on the step hooks, so that neither the start
+    # nor the stop lands in a recorded step: prepare_trace (warm-up) at the end of step start-2, start_trace at
+    # the end of step start-1 (after its step range closed: the trace holds the window's steps only), steps
+    # start..start+steps-1 recorded, stop_trace at the beginning of step start+steps (before its range opens), or
+    # after the call when it ends first. A step's time runs from its start to the next step's start, so each
+    # cost falls in the step it runs in, which the manifest marks (`step_kinds`). Not `profile(schedule=...)`
+    # itself: its `step()` is the job's own profiler's trigger, and it exports inside the stop step. A window
+    # from step 0 has no step before it: the profiler starts in step 0, which is then both started and recorded.
     def wants(self, call: int, step: int) -> bool:
         o = self.options
         return (o.mode == "full" and not self.taken and call == o.call and o.start <= step < o.start + o.steps)
 
-    def before_step(self, call: int, step: int) -> None:
-        if self.wants(call, step):  # an open time-based window gives way (`_open`)
-            self._open(GENERATE_TRIGGER)
+    def before_step(self, call: int, step: int) -> str:
+        """What the profiler does as this step begins, done now: the step's kind (one of STEP_KINDS)."""
+        o = self.options
+        if self.record.trigger == GENERATE_TRIGGER and self.active and step >= o.start + o.steps:
+            self.stop()
+            return STEP_KINDS[4]
+        if step == 0 and o.start == 0 and self.wants(call, step) and self._open(GENERATE_TRIGGER):
+            return STEP_KINDS[2]
+        return STEP_KINDS[3] if self.active else STEP_KINDS[0]
 
-    def after_step(self, call: int, step: int) -> None:
+    def after_step(self, call: int, step: int) -> str | None:
+        """What the profiler does as this step ends, done now: the step's kind when it did something."""
+        o = self.options
         if self.active and self.record.trigger == GENERATE_TRIGGER:
-            self.record.recorded_steps.append(step)
-            if step >= self.options.start + self.options.steps - 1:
-                self.stop()
+            if o.start <= step < o.start + o.steps:
+                self.record.recorded_steps.append(step)
+            return None
+        if not self.wants(call, step + 1) and not self.wants(call, step + 2):
+            return None
+        if step + 2 == o.start and self._prof is None and self._prepare():
+            self._warmed = True
+            return STEP_KINDS[1]
+        if step + 1 == o.start and self._open(GENERATE_TRIGGER):
+            return STEP_KINDS[2]
+        return None
+
+    def call_ended(self) -> bool:
+        """At the end of a generation call: stop the generate window (True: the caller exports it now), or drop
+        a profiler made ready for a window the call did not reach."""
+        if self.record.trigger == GENERATE_TRIGGER:
+            self.stop()
+            return True
+        if self._warmed and not self._started:
+            self._discard()
+        self._warmed = False
+        return False
 
     # ---- iterations ----------------------------------------------------------------------------
     def iteration(self, trigger: str, index: int) -> bool:
@@ -274,7 +349,8 @@ class ProfilerWindow:
         fd, raw = tempfile.mkstemp(prefix=f".{name}.", suffix=".json.tmp", dir=run_dir)  # a name no link can hold
         os.close(fd)
         try:
-            prof.export_chrome_trace(raw)
+            with _kineto_safe_dir(run_dir) as where:
+                prof.export_chrome_trace(os.path.join(where, os.path.basename(raw)))
             if not _ends_a_json_object(raw):  # Kineto reports a failed write (a full disk) only in its log
                 raise OSError(f"the profiler could not write its trace {raw} (is the disk full?)")
             extra = self._around_events(_marker_event(raw), around)
@@ -320,6 +396,21 @@ class ProfilerWindow:
             out.append({"ph": "X", "cat": "user_annotation", "name": ranges.PREFIX + span.name, "pid": pid,
                         "tid": tid, "ts": trace_us(lo), "dur": round((hi - lo) * 1e6, 3), "args": args})
         return out
+
+
+@contextmanager
+def _kineto_safe_dir(run_dir: str):
+    """The run folder as a path Kineto writes to unchanged: a folder whose path holds a newline, a quote or
+    a backslash is reached through /proc/self/fd (Kineto would write its trace elsewhere, under the escaped
+    name)."""
+    if not _UNSAFE_FOR_KINETO.search(run_dir):
+        yield run_dir
+        return
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 def _marker_event(raw: str) -> tuple[int, int, float, float] | None:

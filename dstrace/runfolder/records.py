@@ -80,6 +80,14 @@ class GenerationCall:
     error: str | None = None
     input_sha256: list[str] = field(default_factory=list)  # per generate() in the call: its input token ids hashed
     output_sha256: list[str] = field(default_factory=list)  # per generate() in the call: the token ids it returned
+    step_kinds: list[str] = field(default_factory=list)  # per forward, one of STEP_KINDS (empty: recorded before)
+
+
+STEP_KINDS = ("unprofiled", "profiler-warmup", "profiler-start", "profiled", "profiler-stop")
+"""What the profiler did in a forward step: nothing; made ready (torch.profiler's warm-up: prepare_trace); started
+recording (start_trace, in the step before the window); recorded it (a window step); stopped (stop_trace, in the
+step after the window). Only `unprofiled` and `profiled` steps are times of the job's work; the other three carry
+the profiler's own start and stop costs."""
 
 
 @dataclass
@@ -94,6 +102,7 @@ class Window:
     after_s: float | None = None  # the time-based window falls due this long after recording started...
     seconds: float | None = None  # ...and lasts this long, when no iterative trigger came first
     iterations: dict[str, int] = field(default_factory=dict)  # iteration boundaries seen, per trigger
+    stood_aside: str | None = None  # why dstrace gave way to the job's own torch.profiler, and where
 
 
 @dataclass
@@ -139,6 +148,13 @@ def why_no_trace(m: Manifest) -> str | None:
         return None
     if w.mode == "annotate":
         return "annotate mode records ranges and timings, no trace (use --mode full for one)"
+    if m.status == "running":
+        return ("the rank had not ended when its manifest was last written: it is still running, or it was "
+                "killed before it could write its files")
+    if w.stood_aside:
+        return f"dstrace stood aside: {w.stood_aside}"
+    if w.trigger is not None:  # the window opened: its trace was lost (`lost` says why) or never written
+        return "the window opened but its trace was not written" + ("" if m.lost else " (the rank ended first)")
     wanted = f"the window (call {w.call}, steps {w.start}-{w.start + w.steps - 1}) was never reached"
     if not m.calls and w.after_s is None and w.mode == "full" and not w.iterations:
         return f"{wanted}: no chat()/generate() call ran"  # recorded by a dstrace that followed generate() only
@@ -194,7 +210,10 @@ def to_json(obj: Any) -> Any:
 
 def read_json_object(path: str) -> dict:
     """A small JSON object from a run folder; ValueError for anything else (too large, not an object)."""
-    data = json.loads(read_bytes(path, MAX_RECORD_BYTES))
+    try:
+        data = json.loads(read_bytes(path, MAX_RECORD_BYTES))
+    except RecursionError:
+        raise ValueError(f"{path}: corrupt JSON (nested too deeply for a dstrace record)") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} holds {type(data).__name__}, not a JSON object")
     return data

@@ -10,6 +10,7 @@ report's key (`report_cache`) uses it without importing pandas.
 """
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import stat
@@ -17,9 +18,11 @@ import threading
 import zlib
 from collections.abc import Iterator
 
-MAX_JSON_BYTES = 4 << 30
-"""JSON one trace may hold: 4 GiB (a window of ~40 decode steps of an 80-layer model is ~1 GB; gzip's own
-size field stops at 4 GiB). Parsing needs memory of about the JSON's size."""
+MAX_JSON_BYTES = 1 << 30
+"""JSON one trace may hold: 1 GiB (a window of ~40 decode steps of an 80-layer model is ~1 GB). Analyzing a
+trace laid out as torch.profiler writes it peaks at about 2x its JSON over the interpreter's ~170 MB
+(bench/trace_layouts.py: 2.0x measured from 30 to 200 MB), so this limit holds one trace to ~2.3 GB (extrapolated); the
+other layouts have their own limits (`tracefile.MAX_EVENTS`, `tracefile.MAX_WHOLE_BYTES`). docs/run-folder.md."""
 MAX_INFLATION = 100
 """How many times its size a gzip may inflate to: torch.profiler's traces inflate 10-20x (12x and 16x
 measured), a file of zeros 1000x."""
@@ -56,6 +59,17 @@ def open_regular(path: str):
     except BaseException:
         os.close(fd)
         raise
+
+
+def unreadable(path: str, exc: OSError) -> str:
+    """Why a file of a run folder could not be opened, and what to do, in one line."""
+    if os.path.islink(path) and not os.path.exists(path):
+        if exc.errno == errno.ELOOP:
+            return "a link in a loop of links: remove it from the folder"
+        return f"a link to {os.readlink(path)!r}, which does not exist: remove it or put the file there"
+    if exc.errno in (errno.EPERM, errno.EACCES):
+        return "not readable by you (permission denied): make it readable or remove it from the folder"
+    return f"unreadable ({exc.strerror or exc}): remove it from the folder or replace it with the file itself"
 
 
 def read_bytes(path: str, limit: int) -> bytes:

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from dstrace.runfolder.names import MERGED_NAME
+from dstrace.runfolder.names import MERGED_NAME, TRACE_SUFFIXES
 from dstrace.errors import UserError
 
 MODES = ("tensorboard", "perfetto", "report")
@@ -53,16 +53,31 @@ def _mode(args: argparse.Namespace) -> str:
     ) if used and mode not in modes]
     if misplaced:
         raise UserError(f"{', '.join(misplaced)} do(es) not apply to --{mode}")
+    if os.path.isfile(args.run_dir) and mode != "tensorboard":
+        return mode  # one trace file: a run of one rank
     if not os.path.isdir(args.run_dir):
-        raise UserError(f"{args.run_dir} is not a folder; give the run folder written by `dstrace record`")
+        raise UserError(f"{args.run_dir} is not a folder; give the run folder written by `dstrace record`"
+                        + ("" if mode == "tensorboard" else ", or one trace file"))
     return mode
+
+
+def beside(run_dir: str, default_name: str) -> str:
+    """Where a view writes by default: in the run folder, or beside a single trace file, named after it."""
+    if not os.path.isfile(run_dir):
+        return os.path.join(run_dir, default_name)
+    stem = os.path.basename(run_dir)
+    for suffix in TRACE_SUFFIXES + (".json.gz", ".json"):
+        if stem.endswith(suffix):
+            stem = stem[:-len(suffix)]
+            break
+    return os.path.join(os.path.dirname(os.path.abspath(run_dir)), f"{stem}.{default_name}")
 
 
 def write_merged_trace(run_dir: str, output: str | None = None, steps: str | None = None, cpu_ops: bool = True,
                        clock_policy: str = "auto") -> str:
     """Load the run, build the merged timeline and write it as a Perfetto trace; returns the path."""
     from dstrace.analysis.loading import load_run
-    from dstrace.runfolder.files import atomic_file
+    from dstrace.runfolder.files import atomic_file, output_file
     from dstrace.viewing.perfetto import write_perfetto
     from dstrace.viewing.timeline import build_timeline, parse_step_window
 
@@ -71,9 +86,9 @@ def write_merged_trace(run_dir: str, output: str | None = None, steps: str | Non
     if not run.traces:
         raise UserError(f"no traces in {run_dir}: the ranks ended before their profiling window")
     timeline = build_timeline(run, window=window, cpu_ops=cpu_ops, clock_policy=clock_policy)
-    path = os.path.abspath(output or os.path.join(run_dir, MERGED_NAME))
+    path = os.path.abspath(output or beside(run_dir, MERGED_NAME))
     try:
-        with atomic_file(path, "wb") as f:
+        with (output_file if output else atomic_file)(path, "wb") as f:
             count = write_perfetto(timeline, f)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None

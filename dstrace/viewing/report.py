@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-from dstrace.runfolder.files import write_text_atomic
+from dstrace.runfolder.files import write_output, write_text_atomic
 from dstrace.runfolder.names import REPORT_NAME
 from dstrace.errors import UserError
 from dstrace.say import say, warn
@@ -22,9 +22,11 @@ def write_report(run_dir: str, output: str | None = None, clock_policy: str = "a
     report, warnings = report_of(run_dir, "html", clock_policy=clock_policy)
     for warning in warnings:
         warn(warning)
-    path = os.path.abspath(output or os.path.join(run_dir, REPORT_NAME))
+    from dstrace.viewing import beside
+
+    path = os.path.abspath(output or beside(run_dir, REPORT_NAME))
     try:
-        write_text_atomic(path, report)
+        (write_output if output else write_text_atomic)(path, report)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path

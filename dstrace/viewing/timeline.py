@@ -6,6 +6,7 @@ them, so the timeline shows the waits the report states.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -204,11 +205,10 @@ def build_timeline(run: LoadedRun, window: tuple[int, int] | None = None, cpu_op
             proc.tracks.append(Track(next_uuid, names[key], order))
             next_uuid += 1
         processes.append(proc)
+        ts_ns, dur_ns = _nanoseconds(trace, ev["ts"].to_numpy() - shift, ev["dur"].to_numpy())
         df = pd.DataFrame({
             "rank": rank, "track": [uuids[k] for k in keys], "name": ev["name"].to_numpy(),
-            "cat": ev["cat"].to_numpy(), "ts": ev["ts"].to_numpy(),
-            "ts_ns": np.round((ev["ts"].to_numpy() - shift) * 1e3).astype("int64"),
-            "dur_ns": np.maximum(np.round(ev["dur"].to_numpy() * 1e3), 1).astype("int64"),
+            "cat": ev["cat"].to_numpy(), "ts": ev["ts"].to_numpy(), "ts_ns": ts_ns, "dur_ns": dur_ns,
         }, index=ev.index)
         df["args"] = None
         df.loc[is_collective.to_numpy(), "args"] = pd.Series(
@@ -221,6 +221,22 @@ def build_timeline(run: LoadedRun, window: tuple[int, int] | None = None, cpu_op
     flow_count = sum(len(ids) for ids in slices["flow_out"])
     return Timeline(processes=processes, slices=slices.drop(columns=["ts"]), flow_count=flow_count, clock=clock,
                     window=window)
+
+
+MAX_NS = (1 << 63) - 1
+"""Perfetto's timestamps are unsigned nanoseconds; dstrace writes them from int64: 0 to 2^63 - 1 ns."""
+
+
+def _nanoseconds(trace, ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and duration in integer nanoseconds (a duration at least 1 ns), or UserError for times that no
+    nanosecond clock from 0 to 2^63 holds (negative, huge: not what a profiler wrote)."""
+    start = np.round(ts_us * 1e3)
+    dur = np.maximum(np.round(dur_us * 1e3), 1)
+    if len(start) and not (start.min() >= 0 and (start + dur).max() <= MAX_NS):
+        raise UserError(f"{os.path.basename(trace.path)} (rank {trace.rank}) has event times from {ts_us.min():.4g} to "
+                        f"{(ts_us + dur_us).max():.4g} us, outside what a timeline holds (0 to {MAX_NS / 1e3:.4g} us, "
+                        "after clock alignment): not times a profiler wrote; remove the trace or record it again")
+    return start.astype("int64"), dur.astype("int64")
 
 
 def _attach_flows(slices: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:

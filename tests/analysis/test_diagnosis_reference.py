@@ -176,8 +176,9 @@ def test_one_ms_per_step_in_analyze_and_compare(runs):
         facts = read_facts(RunRef(key, key, path))
         assert facts.ms_per_step == pytest.approx(a.steps.ms_per_step)
         text = render(a, "text")
-        assert f"{a.steps.ms_per_step:.1f} ms per decode step: median of {len(samples)} decode steps of every call" \
-            in text
+        per_rank = max(len(decode_step_ms(m)) for m in manifests(key).values())
+        assert (f"{a.steps.ms_per_step:.1f} ms per decode step: median of {len(samples)} step times ({per_rank} per "
+                f"rank, {len(manifests(key))} rank") in text
 
 
 def test_step_time_shift_on_a_traced_run(runs):
@@ -194,13 +195,19 @@ def test_step_time_shift_on_a_traced_run(runs):
     assert f"--window-start {start - 1}" in f.remedy
 
 
-def test_window_not_representative_when_the_profiled_steps_are_slower(runs):
+def test_window_not_representative_when_the_window_lies_in_another_level(runs):
+    """The window (steps 2-4) lies before the call's shift: its level is the unprofiled steps before the change,
+    not the profiled steps (whose start and stop steps carry the profiler's own cost)."""
+    from dstrace.analysis.step_kinds import step_kinds
+
     a = runs["tp2-ds016"]
-    m = manifests("tp2-ds016")
-    profiled = [x for mm in m.values() for x in (mm.calls[0].step_ms[i] for i in mm.window.recorded_steps)]
-    ratio = statistics.median(profiled) / a.steps.ms_per_step
+    start = by_id(a)["step-time-shift"].evidence["calls"]["1"]["start"]
+    level = [x for m in manifests("tp2-ds016").values() for i, (x, kind) in
+             enumerate(zip(m.calls[0].step_ms, step_kinds(m, m.calls[0]))) if 0 < i < start and kind == "unprofiled"]
+    ratio = statistics.median(level) / a.steps.ms_per_step
     assert ratio >= UNREPRESENTATIVE_RATIO
     f = by_id(a)["window-not-representative"]
+    assert f.evidence["level_ms"] == pytest.approx(statistics.median(level))
     assert f.evidence["ratio"] == pytest.approx(ratio)
 
 

@@ -59,5 +59,5 @@ def test_remedies_carry_the_measured_alternatives(comparison):
 
 def test_ms_per_step_says_what_it_covers(comparison):
     covers = {c.ms_per_step_covers for c in comparison.configs if c.ms_per_step is not None}
-    assert len(covers) == 1 and "prefill and the profiled window's steps left out" in covers.pop()
+    assert len(covers) == 1 and "the profiler's start and stop steps left out" in covers.pop()
     assert "ms/step: median ms per decode step of each run" in render(comparison, "markdown")

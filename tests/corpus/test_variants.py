@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from test_corpus import STEP_WORK, analyze, assert_no_traceback
+from test_corpus import analyze, assert_no_traceback
 
 KINDS = {
     "cuda": {"device": "NVIDIA H100 80GB HBM3", "kernel": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn",
@@ -80,14 +80,8 @@ CASES = ([(kind, 2, steps, ranges) for kind in KINDS for steps in (0, 1, 3) for 
          + [(kind, 1, steps, False) for kind in KINDS for steps in (0, 3)])
 
 
-def _marks(steps: int, ranges: bool):
-    """One step range in the trace (one ProfilerStep, or one dstrace step without profiler steps) meets the crash."""
-    single = steps == 1 or (steps == 0 and ranges)
-    return [pytest.mark.xfail(strict=True, reason=STEP_WORK)] if single else []
-
-
 @pytest.mark.parametrize(("kind", "world", "steps", "ranges"),
-                         [pytest.param(*c, marks=_marks(c[2], c[3]),
+                         [pytest.param(*c,
                                        id=f"{c[0]}-{c[1]}ranks-{c[2]}steps-{'ranges' if c[3] else 'plain'}")
                           for c in CASES])
 def test_variant_has_no_traceback(tmp_path, kind, world, steps, ranges):

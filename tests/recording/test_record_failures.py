@@ -190,3 +190,32 @@ def test_sitecustomize_of_the_user_still_runs(tmp_path):
                      "import os, sys; sys.exit(0 if os.environ.get('USER_SITE_RAN') == '1' else 9)",
                      env=cpu_env(PYTHONPATH=str(user_site)))
     assert result.returncode == 0, result.stderr
+
+
+CRASH_IN_DDP = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+class Bad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(2, 2)
+    def forward(self, x):
+        raise ValueError("the first line " + "x" * 300 + "\\nthe second line\\n\\tand a tab")
+torch.nn.parallel.DistributedDataParallel(Bad())(torch.ones(2))
+"""
+
+
+def test_a_crashed_ranks_exception_is_printed_as_the_job_printed_it(tmp_path):
+    """record cut the first line at 200 characters, wrote newlines as \\u000a, put "no trace: ..." before the
+    crash, and the job's traceback held dstrace's wrapper frame (hooks.py) around DDP's forward."""
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH_IN_DDP)
+    run_dir, r = run_record(tmp_path, "crash", *torchrun2(), str(script))
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" in r.stderr and "hooks.py" not in r.stderr
+    lines = r.stderr.splitlines()
+    first = "dstrace: rank 0 failed: ValueError: the first line " + "x" * 300
+    assert first in lines and "\\u000a" not in r.stderr
+    at = lines.index(first)
+    assert lines[at + 1:at + 3] == ["dstrace:   the second line", "dstrace:           and a tab"]
+    assert at < min(i for i, line in enumerate(lines) if "no trace" in line)

@@ -26,3 +26,15 @@ def copy_of(recorded, tmp_path):
         shutil.copytree(recorded, dest, ignore=shutil.ignore_patterns(".*"))
         return dest
     return make
+
+
+@pytest.fixture
+def small_run(tmp_path) -> str:
+    """A hand-made 2-rank ZeRO-3 run (two GPU-shaped traces): seconds to analyze, for the output and input cases."""
+    from tests.analysis import synthetic
+
+    folder = tmp_path / "small"
+    folder.mkdir()
+    for b in synthetic.zero3_run(str(folder), world_size=2, steps=3, layers=3):
+        b.write(str(folder))
+    return str(folder)

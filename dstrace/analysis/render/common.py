@@ -185,7 +185,10 @@ def step_time_line(a: Analysis) -> str | None:
     if s is None or s.ms_per_step is None:
         return None
     noun = "decode step" if s.decode else "step"
-    return f"{s.ms_per_step:.1f} ms per {noun}: median of {s.ms_per_step_samples} {s.ms_per_step_covers}"
+    counted = (f"{s.ms_per_step_samples} step times ({s.ms_per_step_per_rank} per rank, {s.ms_per_step_ranks} "
+               f"rank{'' if s.ms_per_step_ranks == 1 else 's'})" if s.ms_per_step_ranks else
+               f"{s.ms_per_step_samples} step times")
+    return f"{s.ms_per_step:.1f} ms per {noun}: median of {counted}: {s.ms_per_step_covers}"
 
 
 def steps_line(a: Analysis) -> str | None:
@@ -197,7 +200,9 @@ def steps_line(a: Analysis) -> str | None:
         line = "no profiled steps in the traces"
     else:
         line = (f"profiled window: {s.count} {noun} per call and rank, median {s.ms_median:.1f} ms/step "
-                f"({s.source}, profiler overhead included)")
+                f"({s.source}, profiler overhead included; steps where it started or stopped left out of the median)")
+    if s.profiler_cost:
+        line += f"; {s.profiler_cost['line']}"
     if s.gathered_bytes_median is not None:
         line += f"; gathered {size(s.gathered_bytes_median)} per step ({s.gathered_source})"
         if s.model_bytes:

@@ -1,0 +1,303 @@
+"""Signals, forks, execs and the job's own profiler around a recording: the job ends as it would have without
+dstrace, and each rank's trace is whole or recorded as lost with the reason (tests/recording/CASES.md)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from dstrace.recording.launcher import TERM_GRACE_S
+from dstrace.recording.session import WRITING_NOTE
+from tests.conftest import ROOT, SCRIPTS, cpu_env, free_port, manifests, read_json, read_trace, tool, traces
+
+LONG_EXPORT = os.path.join(SCRIPTS, "long_export.py")
+# The single-rank jobs below follow optimizer.step: the window is iterations 2-4 of 8.
+TRAINING = """
+import torch
+m = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for i in range(8):
+    m(torch.randn(4, 8)).sum().backward()
+    opt.step()
+"""
+
+
+def _job(tmp_path, body: str, name: str = "job.py") -> str:
+    path = tmp_path / name
+    path.write_text(body)
+    return str(path)
+
+
+def _start(run_dir: str, *command: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([tool("dstrace"), "record", "-o", run_dir, "--", *command], env=cpu_env(), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def _record(run_dir: str, *command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([tool("dstrace"), "record", "-o", run_dir, "--", *command], env=cpu_env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _wait_for_a_trace_being_written(run_dir: str, proc: subprocess.Popen, rank: int = 0) -> None:
+    """Until rank `rank` writes its trace: Kineto's raw JSON, `.<worker>.<ms>.pt.trace.json.gz.*.json.tmp`."""
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isdir(run_dir) and any(n.endswith(".json.tmp") and f"_rank{rank}." in n for n in os.listdir(run_dir)):
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"rank {rank} never wrote a trace: {proc.communicate(timeout=60)}")
+
+
+def _whole_trace(run_dir: str, rank: int = 0) -> str:
+    """The rank's one trace, a whole gzip of a whole JSON document, and no raw JSON left beside it."""
+    (trace,) = [t for t in traces(run_dir) if f"_rank{rank}." in os.path.basename(t)]
+    assert read_trace(trace)["traceEvents"]
+    assert not [n for n in os.listdir(run_dir) if n.endswith(".json.tmp")]
+    return trace
+
+
+# ---- the job's own profiler ------------------------------------------------------------------------------
+def test_the_jobs_own_profiler_opened_in_the_window_works_and_dstrace_stands_aside(tmp_path):
+    """Exit 139 (a segfault) before: two profilers in one process. Now dstrace's window ends where the job's
+    profiler starts, its trace is written, and the manifest says why the window ended there."""
+    job = _job(tmp_path, TRAINING.replace("    opt.step()\n", """    opt.step()
+    if i == 3:
+        with torch.profiler.profile() as prof:
+            m(torch.randn(4, 8)).sum()
+        print("own profiler:", len(prof.key_averages()) > 0, flush=True)
+"""))
+    run_dir = str(tmp_path / "run")
+    r = _record(run_dir, sys.executable, job)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "own profiler: True" in r.stdout
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "complete"
+    assert m["window"]["recorded_steps"] == [2]
+    assert m["window"]["stood_aside"].startswith("the job started its own torch.profiler (torch.autograd.profiler.profile,")
+    assert f"{job}:" in m["window"]["stood_aside"]
+    assert os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]
+    assert "then dstrace stood aside: the job started its own torch.profiler" in r.stderr
+
+
+def test_a_job_profiling_itself_before_the_window_keeps_the_only_profiler(tmp_path):
+    """The job's profiler runs first: dstrace never opens a window of its own, and says why."""
+    job = _job(tmp_path, textwrap.dedent("""
+        import torch
+        with torch.autograd.profiler.profile() as prof:
+            torch.ones(3) + 1
+        """) + TRAINING)
+    run_dir = str(tmp_path / "run")
+    r = _record(run_dir, sys.executable, job)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (m,) = manifests(run_dir).values()
+    assert m["window"]["trigger"] is None and not traces(run_dir)
+    assert "no trace: dstrace stood aside: the job started its own torch.profiler" in r.stderr
+
+
+# ---- fork and exec -----------------------------------------------------------------------------------------
+def test_a_fork_after_the_window_opened_exits_and_writes_nothing(tmp_path):
+    """The child hung at exit in Kineto's config-loader destructor (pytorch/kineto#998); a double-forked
+    daemon never exited. Now both exit with their own codes, and only the rank writes a trace."""
+    done = tmp_path / "daemon-done"
+    job = _job(tmp_path, TRAINING.replace("    opt.step()\n", f"""    opt.step()
+    if i == 3:
+        import os, sys
+        child = os.fork()
+        if child == 0:
+            if os.fork() == 0:  # the daemon: its parent exits at once, it runs on alone
+                os.setsid()
+                open({str(done)!r}, "w").write(str(os.getpid()))
+                sys.exit(0)
+            sys.exit(5)
+        print("child exited with", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), flush=True)
+"""))
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, job, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+        deadline = time.time() + 30
+        while time.time() < deadline and not done.exists():
+            time.sleep(0.1)
+        daemon = int(done.read_text())
+        while time.time() < deadline and _running(daemon):
+            time.sleep(0.1)
+        assert not _running(daemon)
+    finally:  # a hung child or daemon would outlive the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if done.exists() and _running(int(done.read_text())):
+            os.kill(int(done.read_text()), signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    assert "child exited with 5" in out
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "complete" and m["window"]["recorded_steps"] == [2, 3, 4]
+    _whole_trace(run_dir)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_fork_pool_used_in_the_window_and_terminated_writes_one_trace(tmp_path):
+    job = _job(tmp_path, textwrap.dedent("""
+        import multiprocessing, time, torch
+        def work(x):
+            return float(torch.ones(3).sum()) * x
+        """) + TRAINING.replace("    opt.step()\n", """    opt.step()
+    if i == 3:
+        pool = multiprocessing.get_context("fork").Pool(2)
+        print(pool.map(work, [1, 2, 3]), flush=True)
+        time.sleep(0.3)
+        pool.terminate()
+        pool.join()
+"""))
+    run_dir = str(tmp_path / "run")
+    r = _record(run_dir, sys.executable, job, timeout=120)
+    assert r.returncode == 0 and "[3.0, 6.0, 9.0]" in r.stdout, r.stderr[-3000:]
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "complete" and m["window"]["recorded_steps"] == [2, 3, 4]
+    _whole_trace(run_dir)
+
+
+def test_a_rank_that_execs_itself_is_recorded_once(tmp_path):
+    """Rank 0's trace was written twice (by each program the process ran); analyze then refused the folder."""
+    job = _job(tmp_path, TRAINING + """
+import os, sys
+if len(sys.argv) == 1:
+    os.execv(sys.executable, [sys.executable, __file__, "again"])
+print("the second program ran", flush=True)
+""")
+    run_dir = str(tmp_path / "run")
+    r = _record(run_dir, sys.executable, job)
+    assert r.returncode == 0 and "the second program ran" in r.stdout, r.stderr[-3000:]
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "complete"
+    assert any("replaced itself" in e for e in m["hook_errors"])
+    _whole_trace(run_dir)
+
+
+# ---- a signal while a rank writes its trace ------------------------------------------------------------------
+def test_sigterm_while_the_trace_is_written_keeps_it_whole(tmp_path):
+    """One SIGTERM while the rank writes: the trace was lost and the note said the window was never reached.
+    Now the signal waits for the write, then ends the job as it would have (143)."""
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, LONG_EXPORT, "--ops", "1500", "--after", "60")
+    _wait_for_a_trace_being_written(run_dir, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "loop done" not in out
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "terminated" and m["lost"] == [], m
+    assert os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]
+    assert "never reached" not in err
+
+
+def test_ctrl_c_twice_while_the_trace_is_written_at_exit_keeps_it_whole(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, LONG_EXPORT, "--ops", "1500", "--interrupt-wait", start_new_session=True)
+    assert proc.stdout.readline().strip() == "in-window"
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
+    _wait_for_a_trace_being_written(run_dir, proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "interrupted" and m["lost"] == [], m
+    assert os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]
+
+
+def test_ranks_keep_their_traces_when_torchrun_ends_them_after_one_rank_failed(tmp_path):
+    """Rank 1 dies while rank 0 writes; torchrun then sends SIGTERM to rank 0: its trace is whole."""
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
+                  "--monitor-interval", "0.05", LONG_EXPORT, "--ops", "3000", "--crash-rank", "1", "--after", "60")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    ms = manifests(run_dir)
+    assert ms[1]["status"] == "running" and ms[0]["status"] == "terminated", err[-3000:]
+    assert ms[0]["lost"] == []
+    assert os.path.basename(_whole_trace(run_dir, 0)) == ms[0]["window"]["trace_file"]
+    assert "rank 0: no trace" not in err
+
+
+def test_a_rank_killed_while_it_writes_its_trace_says_so(tmp_path):
+    """SIGKILL (a launcher's last resort) cannot wait: the manifest says the trace was being written."""
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, LONG_EXPORT, "--ops", "1500", "--after", "60")
+    _wait_for_a_trace_being_written(run_dir, proc)
+    os.kill(manifests(run_dir)[0]["pid"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGKILL
+    (m,) = manifests(run_dir).values()
+    assert m["lost"] == [WRITING_NOTE]
+    run = read_json(os.path.join(run_dir, "run.json"))
+    assert f"rank 0 lost what it recorded: {WRITING_NOTE}" in run["problems"]
+    assert "never reached" not in err and "ended before" not in err
+
+
+# ---- record's own signals ------------------------------------------------------------------------------------
+def test_sighup_under_nohup_is_not_passed_on(tmp_path):
+    """Under nohup (SIGHUP ignored), record forwarded a SIGHUP and killed the job TERM_GRACE_S later."""
+    job = _job(tmp_path, f"import time\ntime.sleep({TERM_GRACE_S + 3})\nprint('ran to the end', flush=True)\n")
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, job, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.isdir(run_dir) and manifests(run_dir)):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=TERM_GRACE_S + 120)
+    assert proc.returncode == 0 and "ran to the end" in out, err[-3000:]
+
+
+def test_the_job_sees_its_own_signal_handlers(tmp_path):
+    """signal.getsignal(SIGTERM) showed dstrace's handler; the job sees what it would have seen."""
+    job = _job(tmp_path, textwrap.dedent("""
+        import signal, torch
+        torch.nn.Linear(2, 2)(torch.ones(2))
+        print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+              signal.signal(signal.SIGTERM, signal.SIG_DFL) is signal.SIG_DFL, flush=True)
+        """))
+    run_dir = str(tmp_path / "run")
+    r = _record(run_dir, sys.executable, job)
+    assert r.returncode == 0 and r.stdout.strip() == "True True", (r.stdout, r.stderr[-3000:])
+    assert manifests(run_dir)[0]["status"] == "complete"
+
+
+def test_a_run_folder_named_with_a_newline_and_a_backslash_keeps_its_trace(tmp_path):
+    """Kineto wrote the trace under an escaped name and every trace was lost ("is the disk full?")."""
+    job = _job(tmp_path, TRAINING)
+    run_dir = str(tmp_path / "new\nline\\back")
+    r = _record(run_dir, sys.executable, job)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (m,) = manifests(run_dir).values()
+    assert m["lost"] == [] and os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]
+    assert sorted(os.listdir(tmp_path)) == sorted(["job.py", "new\nline\\back"])
+
+
+def test_a_running_recording_is_not_said_to_have_ended(tmp_path):
+    """analyze on a recording still running said "the rank ended before the time-based window"."""
+    job = _job(tmp_path, "import time, torch\ntorch.nn.Linear(2, 2)(torch.ones(2))\ntime.sleep(60)\n")
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, job, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (os.path.isdir(run_dir) and manifests(run_dir)):
+            time.sleep(0.1)
+        r = subprocess.run([tool("dstrace"), "analyze", run_dir], env=cpu_env(), cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert "Traceback" not in r.stderr
+    assert "the rank had not ended when its manifest was last written" in r.stderr, r.stderr
+    assert "ended before" not in r.stderr

@@ -1,0 +1,267 @@
+"""Round 3's hostile inputs (issue #27), one row each in CASES (the catalogue: tests/runfolder/CASES.md): every
+verb answers with one line saying what is wrong and what to do, never a traceback, within bounded memory.
+Each case failed on the code before the change (a traceback, a hang, or gigabytes read), as CASES.md says."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import cpu_env, dstrace
+
+RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
+LIMITED_AS = 3 << 30
+
+
+def _edit_trace(run, change, name=RANK0):
+    path = os.path.join(run, name)
+    data = json.loads(gzip.open(path).read())
+    change(data)
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+
+
+def _mid_range(data) -> dict:
+    ranges = [e for e in data["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    return ranges[len(ranges) // 2]
+
+
+def dangling_link(run):
+    os.symlink("/nonexistent/trace", os.path.join(run, "hostA_rank2.1.pt.trace.json.gz"))
+
+
+def link_loop(run):
+    os.symlink("b.pt.trace.json", os.path.join(run, "a.pt.trace.json"))
+    os.symlink("a.pt.trace.json", os.path.join(run, "b.pt.trace.json"))
+
+
+def folder_named_like_a_trace(run):
+    os.mkdir(os.path.join(run, "hostA_rank2.1.pt.trace.json.gz"))
+
+
+def fifo_named_like_a_trace(run):
+    os.mkfifo(os.path.join(run, "hostA_rank2.1.pt.trace.json.gz"))
+
+
+def deep_manifest(run):
+    with open(os.path.join(run, "rank0.manifest.json"), "w") as f:
+        f.write('{"schema": "dstrace.manifest/1", "a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+def deep_run_record(run):
+    with open(os.path.join(run, "run.json"), "w") as f:
+        f.write("[" * 100_000 + "]" * 100_000)
+
+
+def run_id_as_list(run):
+    _edit_trace(run, lambda d: d["dstrace"].__setitem__("run_id", ["a", "b"]))
+
+
+def dur_of_400_digits(run):
+    path = os.path.join(run, RANK0)
+    text = gzip.open(path).read().decode()
+    at = text.index('"dur": ', text.index('"cat": "kernel"')) + len('"dur": ')
+    end = text.index(",", at)
+    with gzip.open(path, "wt") as f:
+        f.write(text[:at] + "9" * 400 + text[end:])
+
+
+def ts_negative(run):
+    _edit_trace(run, lambda d: _mid_range(d).__setitem__("ts", -5e15))
+
+
+def ts_huge(run):
+    _edit_trace(run, lambda d: _mid_range(d).__setitem__("ts", 1e300))
+
+
+# (id, how the folder is spoiled, verb, exit code, words of the line)
+CASES = [
+    ("dangling-link", dangling_link, "analyze", 0, "which does not exist"),
+    ("link-loop", link_loop, "analyze", 0, "loop of links"),
+    ("folder-named-like-a-trace", folder_named_like_a_trace, "analyze", 0, "a folder, not a file"),
+    ("fifo-named-like-a-trace", fifo_named_like_a_trace, "analyze", 0, "a FIFO, not a file"),
+    ("dangling-link-summaries", dangling_link, "analyze-summaries", 0, ""),
+    ("deep-manifest", deep_manifest, "analyze", 0, "nested too deeply"),
+    ("deep-run-record", deep_run_record, "analyze", 0, "nested too deeply"),
+    ("deep-manifest-compare", deep_manifest, "compare", 0, "nested too deeply"),
+    ("run-id-as-list", run_id_as_list, "analyze", 0, "run_id ['a', 'b'], which is not text"),
+    ("dur-of-400-digits", dur_of_400_digits, "analyze", 0, "too large for any clock"),
+    ("dur-of-400-digits-view", dur_of_400_digits, "perfetto", 0, ""),
+    ("ts-negative-view", ts_negative, "perfetto", 2, "outside what a timeline holds"),
+    ("ts-huge-view", ts_huge, "perfetto", 2, "outside what a timeline holds"),
+]
+VERBS = {
+    "analyze": lambda run, tmp: ["analyze", run, "--format", "json", "-o", str(tmp / "report.json")],
+    "analyze-summaries": lambda run, tmp: ["analyze", run, "--source", "auto", "-o", str(tmp / "report.txt")],
+    "compare": lambda run, tmp: ["compare", run, "-o", str(tmp / "compare.txt")],
+    "perfetto": lambda run, tmp: ["view", run, "--perfetto", "-o", str(tmp / "merged.pftrace")],
+}
+
+
+def assert_one_line(r, code: int, words: str) -> None:
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == code, r.stderr[-3000:]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("dstrace: ")]
+    assert any(words in line for line in lines), r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name,spoil,verb,code,words", CASES, ids=[c[0] for c in CASES])
+def test_a_hostile_folder_is_one_line(small_run, tmp_path, name, spoil, verb, code, words):
+    spoil(small_run)
+    r = dstrace(*VERBS[verb](small_run, tmp_path), timeout=120)
+    assert_one_line(r, code, words)
+
+
+def without_dac_override(*args: str) -> subprocess.CompletedProcess:
+    """dstrace as root without the capabilities that let root read any file: permissions hold as for a user."""
+    return subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-m",
+                           "dstrace.cli", *args], env=cpu_env(), capture_output=True, text=True, timeout=120)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"),
+                                reason="root without DAC override stands in for a user (setpriv)")
+
+
+@needs_root
+def test_an_unreadable_trace_is_skipped_with_one_line(small_run, tmp_path):
+    os.chmod(os.path.join(small_run, RANK0), 0)
+    r = without_dac_override("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"))
+    assert_one_line(r, 0, "not readable by you (permission denied)")
+
+
+@needs_root
+@pytest.mark.parametrize("verb", [["analyze"], ["view", "--perfetto"], ["compare"]], ids=lambda v: v[-1])
+def test_an_unreadable_folder_is_one_line(small_run, tmp_path, verb):
+    os.chmod(small_run, 0)
+    try:
+        r = without_dac_override(verb[0], small_run, *verb[1:])
+    finally:
+        os.chmod(small_run, 0o755)
+    assert "Traceback" not in r.stderr and r.returncode == 2, r.stderr[-3000:]
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _limited():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (LIMITED_AS, LIMITED_AS))
+
+
+def test_a_summary_holding_too_much_json_is_refused_while_it_inflates(small_run, tmp_path):
+    """A summary of a few MB of gzip holding ~100 MB of JSON (~20x, as a torch.profiler trace inflates, so the
+    inflation limit does not stop it): refused on its inflated size, in seconds. Before, it was read whole
+    (the 900 MB one of the report: 83 s and 4.1 GB here, then a MemoryError traceback)."""
+    from dstrace.analysis import summaries
+
+    traces = {r: n for r, n in enumerate(sorted(n for n in os.listdir(small_run) if n.endswith(".gz")))}
+    assert summaries.write_run_summaries(small_run, traces, 2) == []
+    path = os.path.join(small_run, "rank1.summary.json.gz")
+    data = json.loads(gzip.open(path).read())
+    rng = random.Random(1)
+    values = [round(rng.uniform(1e12, 2e12), 3) for _ in range(8)]
+    data["arrays"]["pad"] = {"dtype": "<f8", "values": rng.choices(values, k=(100 << 20) // 18)}
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    assert os.path.getsize(path) < 10 << 20
+    r = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", small_run, "--source", "summaries"],
+                       env=cpu_env(), capture_output=True, text=True, timeout=60, preexec_fn=_limited)
+    assert_one_line(r, 0, "more than a rank summary dstrace writes")
+    assert "rank1.summary.json.gz" in r.stderr
+
+
+def _sweep(tmp_path, small_run) -> str:
+    import shutil
+
+    sweep = tmp_path / "sweep"
+    for config in ("a", "b"):
+        shutil.copytree(small_run, sweep / config / "rep1")
+    return str(sweep)
+
+
+SWEEP_CASES = {
+    "list": (b"[1]", "Expected `object`, got `array`"),
+    "configurations-number": (b'{"schema": "dstrace.sweep/1", "configurations": 5}', "$.configurations"),
+    "baseline-list": (b'{"schema": "dstrace.sweep/1", "configurations": ["a"], "baseline": ["x"]}', "$.baseline"),
+    "configuration-object": (b'{"schema": "dstrace.sweep/1", "configurations": [{"a": 1}]}', "$.configurations[0]"),
+    "deep": (b'{"schema": "dstrace.sweep/1", "x": ' + b"{\"x\": " * 100_000 + b"1" + b"}" * 100_001,
+             "nested too deeply"),
+    "other-schema": (b'{"schema": "x", "configurations": ["a"]}', "not a dstrace.sweep/1 record"),
+    "binary": (b"\xff\xfe\x00", "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SWEEP_CASES))
+def test_a_hostile_sweep_record_is_one_line(small_run, tmp_path, case):
+    sweep = _sweep(tmp_path, small_run)
+    content, words = SWEEP_CASES[case]
+    with open(os.path.join(sweep, "sweep.json"), "wb") as f:
+        f.write(content)
+    assert_one_line(dstrace("compare", sweep, timeout=120), 2, words)
+
+
+def test_a_huge_sweep_record_is_refused_before_it_is_read(small_run, tmp_path):
+    sweep = _sweep(tmp_path, small_run)
+    with open(os.path.join(sweep, "sweep.json"), "wb") as f:
+        f.truncate(1500 << 20)  # sparse: 1.5 GB that reading would hold whole
+    r = subprocess.run([sys.executable, "-m", "dstrace.cli", "compare", sweep], env=cpu_env(), capture_output=True,
+                       text=True, timeout=60, preexec_fn=_limited)
+    assert_one_line(r, 2, "larger than 16 MiB")
+
+
+def test_a_fifo_as_sweep_record_does_not_hang(small_run, tmp_path):
+    sweep = _sweep(tmp_path, small_run)
+    os.mkfifo(os.path.join(sweep, "sweep.json"))
+    assert_one_line(dstrace("compare", sweep, timeout=60), 2, "a FIFO, not a file")
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"configurations": [{"name": "a", "command": ["x"], "note": [1]}]}', '"note" must be text'),
+    (b'{"configurations": [{"name": "a", "command": ["x"]}], "baseline": ["a"]}', "is not one of its configurations"),
+    (b'{"configurations": [{"name": "a", "command": ["x"]}], "variables": [1]}', '"variables"'),
+], ids=["deep", "note-list", "baseline-list", "variables-list"])
+def test_a_hostile_sweep_spec_is_one_line(tmp_path, content, words):
+    spec = tmp_path / "spec.json"
+    spec.write_bytes(content)
+    assert_one_line(dstrace("sweep", str(spec), "-o", str(tmp_path / "out"), timeout=60), 2, words)
+
+
+def kineto_layout(data: dict) -> str:
+    """The trace as torch.profiler lays it out: one event per block, `  {` ... `  },` (tracefile cuts there)."""
+    events = ",\n".join("  " + json.dumps(e).replace("{", "{\n    ", 1)[:-1] + "\n  }" for e in data["traceEvents"])
+    rest = "".join(f',\n  {json.dumps(k)}: {json.dumps(v)}' for k, v in data.items() if k != "traceEvents")
+    return '{\n  "traceEvents": [\n' + events + "\n  ]" + rest + "\n}\n"
+
+
+def test_overlaps_negative_durations_and_duplicate_keys_are_warned_and_counted(small_run, tmp_path):
+    path = os.path.join(small_run, RANK0)
+    data = json.loads(gzip.open(path).read())
+    host = [e for e in data["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    for e in host[3:5]:
+        e["dur"] = -7.0
+    first = host[6]  # three ranges that start inside the one before and end well after it
+    for i, e in enumerate(host[7:10], 1):
+        e["ts"], e["dur"] = first["ts"] + i, first["dur"] + 100.0 * i
+    text = kineto_layout(data)
+    text = text.replace('\n  "host_name": ', '\n  "host_name": "twice",\n  "host_name": ', 1)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+    r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    warned = [line for line in r.stderr.splitlines() if RANK0 in line]
+    assert any("2 event(s) with a negative duration" in line for line in warned), warned
+    assert any("3 event(s) start inside the event before them" in line for line in warned), warned
+    assert any("1 key(s) given twice in one object (host_name)" in line for line in warned), warned
+    report = json.load(open(tmp_path / "r.json"))
+    assert sum(RANK0 in w for w in report["warnings"]) == 3
+
+
+def test_a_well_formed_trace_gets_no_such_warning(small_run, tmp_path):
+    r = dstrace("analyze", small_run, "--format", "json", timeout=120)
+    assert r.returncode == 0
+    assert not [w for w in r.stderr.splitlines() if "negative duration" in w or "overlapping" in w or "twice" in w]
