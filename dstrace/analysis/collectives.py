@@ -17,8 +17,8 @@ from dstrace.analysis import intervals
 from dstrace.analysis.model import ClockOffset, CollectiveStats, LoadedRun
 from dstrace.rankset import ranks_text
 from dstrace.trace_names import (
-    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, NCCL_HOST_RANGE, P2P_KINDS, UNNAMED_NCCL, collective_kernel_kind,
-    dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
+    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, NCCL_HOST_RANGE, P2P_KINDS, UNNAMED_NCCL,
+    collective_kernel_kind, dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
 )
 
 

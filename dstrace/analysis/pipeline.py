@@ -144,7 +144,8 @@ def _unknown_world_warning(run: LoadedRun, coll: pd.DataFrame) -> str | None:
     if recorded or not ranks:
         return None
     return (f"no trace or manifest records the world size, yet {ranks_text(ranks)} took part in collectives: "
-            f"'world size {run.world_size}' is only the ranks found: the job may have had other ranks, without a trace here")
+            f"'world size {run.world_size}' is only the ranks found: the job may have had other ranks, without a "
+            "trace here")
 
 
 def _nccl_without_gpu_note(run: LoadedRun) -> str | None:
@@ -159,8 +160,9 @@ def _nccl_without_gpu_note(run: LoadedRun) -> str | None:
     if not calls:
         return None
     ranks = {r for r, t in run.traces.items() if t.reduced.nccl_host_calls}
-    listed = ", ".join(f"{n} {kind} ({b / 1e6:.1f} MB)" if b else f"{n} {kind}" for kind, (n, b) in sorted(calls.items()))
-    return (f"no GPU activity in any trace (no kernel, copy or CUDA call), yet the host of {ranks_text(ranks)} "
+    listed = ", ".join(f"{n} {kind} ({b / 1e6:.1f} MB)" if b else f"{n} {kind}"
+                       for kind, (n, b) in sorted(calls.items()))
+    return (f"no GPU activity in any trace (no kernel, copy or memset), yet the host of {ranks_text(ranks)} "
             f"enqueued NCCL calls (c10d's nccl:* ranges: {listed}): a GPU job profiled without its GPU activity. "
             "Its transfers ran on the GPU, outside these traces: no collective time, peer wait or bandwidth is "
             "read from them, and all times here are host times")
