@@ -17,8 +17,8 @@ from dstrace.analysis import intervals
 from dstrace.analysis.model import ClockOffset, CollectiveStats, LoadedRun
 from dstrace.rankset import ranks_text
 from dstrace.trace_names import (
-    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, P2P_KINDS, UNNAMED_NCCL, collective_kernel_kind,
-    dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
+    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, NCCL_HOST_RANGE, P2P_KINDS, UNNAMED_NCCL,
+    collective_kernel_kind, dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
 )
 
 
@@ -151,6 +151,21 @@ def cpu_collectives(events: pd.DataFrame, world_size: int) -> pd.DataFrame:
     chosen["host_ts"] = chosen["ts"]
     chosen["source"] = source
     return chosen
+
+
+def nccl_host_calls(events: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Per kind, the NCCL calls a rank's host enqueued (c10d's `nccl:*` ranges): count and bytes (from the
+    range's `Input Dims` and `Input type`; 0 where it has none). On a trace without GPU activity these are all
+    there is of the job's NCCL communication: the transfers ran on the GPU, outside the trace."""
+    ranges = _text_names(events[~events["is_gpu"] & events["name"].str.match(NCCL_HOST_RANGE.pattern)])
+    if ranges.empty:
+        return {}
+    ranges["kind"] = ranges["name"].str.replace("nccl:", "", regex=False).map(kind_of)
+    ranges = ranges[ranges["kind"].notna()]
+    elements = ranges["input_dims"].map(lambda d: numel(d[0]) if isinstance(d, list) and d else None)
+    size = ranges["input_type"].map(lambda t: dtype_bytes(t[0]) if isinstance(t, list) and t else None)
+    ranges["bytes"] = (pd.to_numeric(elements, errors="coerce") * pd.to_numeric(size, errors="coerce")).fillna(0)
+    return {str(kind): {"count": int(len(g)), "bytes": int(g["bytes"].sum())} for kind, g in ranges.groupby("kind")}
 
 
 RANK_COLUMNS = ["kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "group_size", "pg_name",

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis.clocks import doubtful_clocks
+from dstrace.analysis.collectives import in_windows
 from dstrace.analysis.matching import (
     CLOCK, GIVEN, GROUP_ABSENT, KIND_UNNAMED, PEER_ABSENT, PEER_UNNAMED, UNMATCHED, absent_members,
 )
@@ -68,11 +69,13 @@ def split_wait(coll: pd.DataFrame) -> pd.DataFrame:
     return coll
 
 
-def wait_summary(coll: pd.DataFrame) -> dict[int, dict]:
-    """Per rank: wait, comm time (and the part of it whose split is withheld), who it waited for, and how
-    often it was the one the others waited on."""
+def wait_summary(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None) -> dict[int, dict]:
+    """Per rank, over the calls the Collectives table counts (those in the rank's analysed window,
+    `collectives.in_windows`, cut at its end): wait, comm time summed per call (and the part of it whose split
+    is withheld), who it waited for, and how often it was the one the others waited on."""
     out: dict[int, dict] = defaultdict(lambda: {"wait_us": 0.0, "comm_us": 0.0, "unsplit_us": 0.0, "waited_for": {},
                                                 "late_count": 0, "caused_wait_us": 0.0})
+    coll = in_windows(coll, windows)
     if coll.empty:
         return {}
     for rank, g in coll.groupby("rank"):
@@ -90,16 +93,18 @@ def wait_summary(coll: pd.DataFrame) -> dict[int, dict]:
     return dict(out)
 
 
-def withheld_warnings(coll: pd.DataFrame, offsets: dict[int, ClockOffset], present,
-                      given: str | None = None) -> list[str]:
-    """One line per reason the split is withheld: how many calls of which kinds on which ranks, and why.
-    Unmatched calls are left to the count warning of `match_collectives`."""
+def withheld_warnings(coll: pd.DataFrame, offsets: dict[int, ClockOffset], present, given: str | None = None,
+                      windows: dict[int, tuple[float, float]] | None = None) -> list[str]:
+    """One line per reason the split is withheld: how many calls of which kinds on which ranks, and why,
+    counted over the calls the Collectives table holds (those in each rank's analysed window). Unmatched
+    calls are left to the count warning of `match_collectives`."""
     out = []
     if coll.empty or "withheld" not in coll:
         return out
     present = set(present)
     tail = "; peer-wait and communication-bound leave them out"
-    for reason, rows in coll[coll["withheld"].notna()].groupby("withheld"):
+    kept = in_windows(coll, windows)
+    for reason, rows in kept[kept["withheld"].notna()].groupby("withheld"):
         if reason == UNMATCHED:
             continue
         kinds = ", ".join(sorted(set(rows["kind"])))
