@@ -123,7 +123,7 @@ def test_kernel_kind_reads_the_args_where_the_name_says_nothing(name, coll_name,
     assert kernel_kind(name, coll_name) == kind
 
 
-MI300_RESNET = os.path.join(CORPUS, "AMD-AGI", "TraceLens", "tests", "traces", "mi300", "resnet_act_checkpoint.json.gz")
+MI300_RESNET = os.path.join(CORPUS, "tracelens", "tests", "traces", "mi300", "resnet_act_checkpoint.json.gz")
 
 
 @pytest.mark.skipif(not os.path.exists(MI300_RESNET), reason="corpus trace not in this checkout")
@@ -306,7 +306,7 @@ def test_peer_wait_counts_the_calls_the_collectives_table_counts(tmp_path):
     assert a.ranks[1].comm_us == pytest.approx(260_000.0 - 4 * 2_000.0)
 
 
-HTA_CPU_ONLY = os.path.join(CORPUS, "facebookresearch", "HolisticTraceAnalysis", "tests", "data", "cpu_only",
+HTA_CPU_ONLY = os.path.join(CORPUS, "hta", "tests", "data", "cpu_only",
                             "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
 
 
@@ -338,7 +338,7 @@ def test_hta_cpu_only_gloo_trace(tmp_path):
     assert len(withheld) == 1 and "for 2 AllReduce call(s) on rank 34:" in withheld[0], a.warnings
 
 
-HTA_DATA = os.path.join(CORPUS, "facebookresearch", "HolisticTraceAnalysis", "tests", "data")
+HTA_DATA = os.path.join(CORPUS, "hta", "tests", "data")
 HTA_RANK_NON_GPU = os.path.join(HTA_DATA, "rank_non_gpu", "rank_non_gpu.json.gz")
 
 
