@@ -72,19 +72,21 @@ def _encode(series: pd.Series) -> tuple[str, dict[str, np.ndarray]]:
     return "json", {"codes": codes.astype(np.int32), "table": np.asarray(uniques, dtype=str)}
 
 
-def _decode(kind: str, arrays: dict[str, np.ndarray], dtype: str) -> pd.Series:
+def _decode(kind: str, arrays: dict[str, np.ndarray], dtype: str):
+    """One column as an array of `dtype` (numpy, or pandas' string array): a frame is built from arrays at
+    once, without aligning a Series per column (most of a summary's read time at thousands of ranks)."""
     if kind == "num":
-        return pd.Series(arrays["values"])
+        return arrays["values"]
     codes, table = arrays["codes"], arrays["table"]
+    lookup = np.empty(len(table) + 1, dtype=object)
     if kind == "str":
-        lookup = np.empty(len(table) + 1, dtype=object)
         lookup[:-1] = table.tolist()
         lookup[-1] = np.nan
-        return pd.Series(lookup[codes], dtype=dtype)
-    lookup = np.empty(len(table) + 1, dtype=object)
+        values = lookup[codes]
+        return values if np.dtype(dtype) == object else pd.array(values, dtype=dtype)
     lookup[:-1] = [msgspec.json.decode(t) for t in table.tolist()]
     lookup[-1] = None
-    return pd.Series(lookup[codes], dtype=object)
+    return lookup[codes]
 
 
 FRAMES = ("collectives", "steps", "gathers")
@@ -106,10 +108,10 @@ def _get_frame(z, prefix: str, spec: dict) -> pd.DataFrame | None:
     for i, (col, kind, dtype) in enumerate(spec["columns"]):
         head = f"{prefix}{i}."
         arrays = {k[len(head):]: z[k] for k in z if k.startswith(head)}
-        series = _decode(kind, arrays, dtype)
-        if len(series) != spec["rows"]:
+        column = _decode(kind, arrays, dtype)
+        if len(column) != spec["rows"]:
             return None
-        data[col] = series
+        data[col] = column
     return pd.DataFrame(data, columns=[c for c, _, _ in spec["columns"]])
 
 

@@ -25,17 +25,20 @@ GIVEN = "given"
 
 
 def assign_steps(coll: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
-    """The step (dstrace/step#n) whose host range holds each collective's launch, -1 when none."""
+    """The step (dstrace/step#n) whose host range holds each collective's launch, -1 when none: the last step
+    of the same rank starting at or before it, kept when the launch is before that step's end (one
+    `merge_asof` over all ranks)."""
     out = pd.Series(-1, index=coll.index, dtype="int64")
     if steps is None or steps.empty or coll.empty:
         return out
-    for rank, st in steps.groupby("rank"):
-        mask = coll["rank"] == rank
-        st = st.sort_values("ts")
-        host = coll.loc[mask, "host_ts"].to_numpy()
-        idx = np.searchsorted(st["ts"].to_numpy(), host, side="right") - 1
-        ok = (idx >= 0) & (host < st["end"].to_numpy()[np.clip(idx, 0, None)])
-        out.loc[mask] = np.where(ok, st["step"].to_numpy()[np.clip(idx, 0, None)], -1)
+    launches = coll.loc[coll["host_ts"].notna(), ["rank", "host_ts"]]
+    launches = launches.assign(rank=launches["rank"].astype("int64"), row=launches.index).sort_values(
+        "host_ts", kind="stable")
+    ranges = steps[["rank", "ts", "end", "step"]].astype({"rank": "int64", "ts": "float64"}).sort_values(
+        ["ts"], kind="stable")
+    found = pd.merge_asof(launches, ranges, left_on="host_ts", right_on="ts", by="rank", direction="backward")
+    inside = found["host_ts"] < found["end"]
+    out.loc[found.loc[inside, "row"].to_numpy()] = found.loc[inside, "step"].to_numpy().astype("int64")
     return out
 
 
