@@ -185,17 +185,15 @@ def _group_ranks(value) -> tuple[int, ...] | None:
 
 
 def _per_value(column: pd.Series, fn) -> np.ndarray:
-    """fn of each value, called once per distinct value (a gap counts as None): a run has a few groups and
-    millions of calls naming them."""
-    try:
-        codes, uniques = pd.factorize(column, use_na_sentinel=True)
-    except TypeError:  # unhashable values (lists): one call each
-        out = np.empty(len(column), dtype=object)
-        out[:] = [fn(v) for v in column]
-        return out
-    lookup = np.empty(len(uniques) + 1, dtype=object)
-    lookup[:-1] = [fn(v) for v in uniques]
-    lookup[-1] = fn(None)
+    """fn of each value, called once per distinct object: a run has a few groups and millions of calls
+    naming them, each rank's calls sharing its decoded texts (`cache`), so objects are told apart by
+    identity rather than by hashing a long "[0, 1, ...]" per call. fn must be pure."""
+    values = column.to_numpy(dtype=object)
+    codes, ids = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))
+    first = np.empty(len(ids), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(values) - 1, -1, -1)
+    lookup = np.empty(len(ids), dtype=object)
+    lookup[:] = [fn(values[i]) for i in first]
     return lookup[codes]
 
 

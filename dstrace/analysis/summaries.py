@@ -18,6 +18,7 @@ import json
 import os
 
 import numpy as np
+import pandas as pd
 
 from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
@@ -88,6 +89,16 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
 def read_summary(path: str) -> tuple[dict, RankReduction]:
     """A summary's identity (rank, world_size, host, run_id, trace_file, distributed) and reduction. Raises
     ValueError saying what is wrong with the file."""
+    data, arrays = _read_arrays(path)
+    try:
+        reduced = cache.unpack(arrays, data["reduction"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
+    return _identity(data, reduced), reduced
+
+
+def _read_arrays(path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """A summary's JSON and its arrays, before they become frames. Raises ValueError saying what is wrong."""
     text = b"".join(untrusted.json_chunks(path, limit=MAX_SUMMARY_BYTES))
     try:
         data = json.loads(text)
@@ -102,13 +113,29 @@ def read_summary(path: str) -> tuple[dict, RankReduction]:
         arrays = {k: np.array(v["values"], dtype=np.dtype(v["dtype"])) for k, v in data["arrays"].items()}
         if any(a.dtype == object or a.ndim != 1 for a in arrays.values()):
             raise ValueError("an array that is not a column")
-        reduced = cache.unpack(arrays, data["reduction"])
+        frames = data["reduction"]["frames"]
+        for name in cache.FRAMES:  # what unpack_many reads of the head, checked before it groups by it
+            spec = frames[name]
+            if not (isinstance(spec["rows"], int) and all(isinstance(c, list) and len(c) == 3
+                                                          and all(isinstance(x, str) for x in c)
+                                                          and c[1] in ("num", "str", "json")
+                                                          for c in spec["columns"])):
+                raise ValueError(f"the layout of {name} is not one dstrace writes")
+            for _, _, dtype in spec["columns"]:
+                pd.api.types.pandas_dtype(dtype)
+        if not isinstance(data["reduction"]["reduced"], dict):
+            raise ValueError("no reduction")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
+    return data, arrays
+
+
+def _identity(data: dict, reduced: RankReduction | None) -> dict:
+    """Who wrote the summary, once its content is checked (`_check`). Raises ValueError."""
     problem = _check(data, reduced)
     if problem:
         raise ValueError(f"not a summary dstrace wrote ({problem})")
-    return {k: data.get(k) for k in ("rank", "world_size", "host", "run_id", "trace_file", "distributed")}, reduced
+    return {k: data.get(k) for k in ("rank", "world_size", "host", "run_id", "trace_file", "distributed")}
 
 
 def _number(value) -> bool:
@@ -136,7 +163,8 @@ def _check(data: dict, reduced: RankReduction | None) -> str | None:
         frame = getattr(reduced, name)
         if list(frame.columns) != list(columns):
             return f"{name} has columns {list(frame.columns)}"
-        if not all(_numbers(frame[c]) for c in NUMERIC[name]):
+        kinds = frame.dtypes
+        if not all(kinds[c].kind in "biuf" or _numbers(frame[c]) for c in NUMERIC[name]):
             return f"{name} holds times or sizes that are not numbers"
     u = reduced.utilization
     if not (isinstance(reduced.has_gpu, bool) and isinstance(u, dict)
@@ -184,17 +212,31 @@ def load_summaries(trace_dir: str) -> LoadedRun:
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     found: dict[int, tuple[dict, RankReduction]] = {}
+    read: list[tuple[str, dict, dict]] = []  # name, JSON, arrays: unpacked together (`cache.unpack_many`)
+
+    def skip(name: str, exc: Exception) -> None:
+        reason = str(exc) if isinstance(exc, ValueError) else f"unreadable ({exc.strerror or exc})"
+        skipped.append({"path": os.path.join(trace_dir, name), "reason": reason})
+        warnings.append(f"skipped {name}: {reason}")
+
     for name in _names(trace_dir):
         if not name.endswith(SUMMARY_SUFFIX):
             continue
-        path = os.path.join(trace_dir, name)
         try:
-            who, reduced = read_summary(path)
-            found[who["rank"]] = (who, reduced)
+            read.append((name, *_read_arrays(os.path.join(trace_dir, name))))
         except (OSError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, ValueError) else f"unreadable ({exc.strerror or exc})"
-            skipped.append({"path": path, "reason": reason})
-            warnings.append(f"skipped {name}: {reason}")
+            skip(name, exc)
+    try:
+        reductions = cache.unpack_many([(arrays, data["reduction"]) for _, data, arrays in read])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"rank summaries in {trace_dir} that dstrace did not write ({type(exc).__name__}: "
+                        f"{str(exc)[:200]}); analyze the traces with --source traces") from None
+    for (name, data, _), reduced in zip(read, reductions):
+        try:
+            who = _identity(data, reduced)
+            found[who["rank"]] = (who, reduced)
+        except ValueError as exc:
+            skip(name, exc)
     manifests, run = read_manifests(trace_dir, warnings, skipped)
     if not found:
         raise UserError(f"no usable rank summary in {trace_dir}")
