@@ -64,12 +64,22 @@ def _encode(series: pd.Series) -> tuple[str, dict[str, np.ndarray]]:
     missing = pd.isna(values) if values.dtype == object else np.zeros(len(values), dtype=bool)
     present = values[~missing]
     if all(isinstance(v, str) for v in present):
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)
-        return "str", {"codes": codes.astype(np.int32), "table": np.asarray(uniques, dtype=str)}
+        codes, uniques = _factorize(values, missing)
+        return "str", {"codes": codes, "table": np.asarray(uniques, dtype=str)}
     texts = np.full(len(values), None, dtype=object)
     texts[~missing] = [msgspec.json.encode(v).decode() for v in present]
-    codes, uniques = pd.factorize(texts, use_na_sentinel=True)
-    return "json", {"codes": codes.astype(np.int32), "table": np.asarray(uniques, dtype=str)}
+    codes, uniques = _factorize(texts, missing)
+    return "json", {"codes": codes, "table": np.asarray(uniques, dtype=str)}
+
+
+def _factorize(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """`pd.factorize` of texts (codes in order of first appearance, -1 for a gap) through a dict, which uses
+    each text's cached hash: pandas hashes every row's text anew, 30 ms for a 10,000-rank group's
+    "[0, 1, ...]" named by 120 calls."""
+    index: dict[str, int] = {}
+    codes = np.fromiter((-1 if gap else index.setdefault(v, len(index)) for v, gap in zip(values, missing)),
+                        dtype=np.int32, count=len(values))
+    return codes, list(index)
 
 
 def _raw(kind: str, arrays: dict[str, np.ndarray]) -> np.ndarray:

@@ -53,7 +53,7 @@ def write_summary(path: str, reduced: RankReduction, rank: int, world_size: int 
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with gzip.open(tmp, "wt", compresslevel=6) as f:
-            json.dump(payload, f, separators=(",", ":"))
+            f.write(json.dumps(payload, separators=(",", ":")))  # dumps: the C encoder; dump streams in Python
         os.replace(tmp, path)
     finally:
         if os.path.lexists(tmp):
@@ -110,7 +110,7 @@ def _read_arrays(path: str) -> tuple[dict, dict[str, np.ndarray]]:
         raise ValueError(f"not a {SUMMARY_SCHEMA} summary (written by another dstrace version? "
                          "analyze the traces with --source traces)")
     try:
-        arrays = {k: np.array(v["values"], dtype=np.dtype(v["dtype"])) for k, v in data["arrays"].items()}
+        arrays = {k: np.array(v["values"], dtype=np.dtype(v["dtype"])) for k, v in data.pop("arrays").items()}
         if any(a.dtype == object or a.ndim != 1 for a in arrays.values()):
             raise ValueError("an array that is not a column")
         frames = data["reduction"]["frames"]
