@@ -82,14 +82,16 @@ def _factorize(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, lis
     return codes, list(index)
 
 
-def _raw(kind: str, arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """One stored column as a numpy array: numbers as they are, texts and other values as objects."""
+def _raw(kind: str, arrays: dict[str, np.ndarray], texts: dict | None = None) -> np.ndarray:
+    """One stored column as a numpy array: numbers as they are, texts and other values as objects. `texts`,
+    when given, makes equal texts of many ranks one object (a 10,000-rank group's "[0, 1, ...]" is 59 KB)."""
     if kind == "num":
         return arrays["values"]
     codes, table = arrays["codes"], arrays["table"]
     lookup = np.empty(len(table) + 1, dtype=object)
     if kind == "str":
-        lookup[:-1] = table.tolist()
+        values = table.tolist()
+        lookup[:-1] = values if texts is None else [texts.setdefault(t, t) for t in values]
         lookup[-1] = np.nan
     else:
         lookup[:-1] = [msgspec.json.decode(t) for t in table.tolist()]
@@ -136,26 +138,31 @@ def _get_frame(z, prefix: str, spec: dict) -> pd.DataFrame | None:
     return pd.DataFrame(data, columns=[c for c, _, _ in spec["columns"]])
 
 
-def _columns(z, prefix: str, spec: dict) -> list[np.ndarray] | None:
+def _columns(z, prefix: str, spec: dict, texts: dict | None = None) -> list[np.ndarray] | None:
     """The `_raw` columns stored under `prefix`, or None when one is missing or of the wrong length."""
     out = []
     for i, (_, kind, _) in enumerate(spec["columns"]):
         head = f"{prefix}{i}."
-        column = _raw(kind, {k[len(head):]: z[k] for k in z if k.startswith(head)})
+        column = _raw(kind, {k[len(head):]: z[k] for k in z if k.startswith(head)}, texts)
         if len(column) != spec["rows"]:
             return None
         out.append(column)
     return out
 
 
-def unpack_many(items: list[tuple[dict, dict]]) -> list[RankReduction | None]:
-    """What `unpack` gives for each (arrays, head), for many ranks at once: each frame is decoded into one
-    table over all ranks of the same column layout, and a rank's frame is its slice of that table (a view,
-    indexed from 0). Building a frame costs about a millisecond whatever its rows, so one per rank and
-    frame was most of the read at thousands of ranks."""
-    columns = [{name: _columns(arrays, f"r.{name}.", head["frames"][name]) for name in FRAMES}
-               for arrays, head in items]
-    whole = [i for i, c in enumerate(columns) if all(v is not None for v in c.values())]
+def columns_of(arrays, head: dict, texts: dict) -> dict[str, list[np.ndarray]] | None:
+    """A reduction's frames as `_raw` columns, for `unpack_many` (None when a frame is incomplete): taken
+    rank by rank as each is read, so the stored arrays of only one rank are held at a time."""
+    columns = {name: _columns(arrays, f"r.{name}.", head["frames"][name], texts) for name in FRAMES}
+    return None if any(c is None for c in columns.values()) else columns
+
+
+def unpack_many(items: list[tuple[dict[str, list[np.ndarray]] | None, dict]]) -> list[RankReduction | None]:
+    """What `unpack` gives for each (`columns_of`, head), for many ranks at once: each frame is one table over
+    all ranks of the same column layout, and a rank's frame is its slice of that table (a view, indexed from
+    0). Building a frame costs about a millisecond whatever its rows, so one per rank and frame was most of
+    the read at thousands of ranks."""
+    whole = [i for i, (c, _) in enumerate(items) if c is not None]
     frames: dict[int, dict[str, pd.DataFrame]] = {i: {} for i in whole}
     for name in FRAMES:
         layouts: dict[tuple, list[int]] = {}
@@ -163,7 +170,7 @@ def unpack_many(items: list[tuple[dict, dict]]) -> list[RankReduction | None]:
             layouts.setdefault(tuple(map(tuple, items[i][1]["frames"][name]["columns"])), []).append(i)
         for layout, ranks in layouts.items():
             table = pd.DataFrame(
-                {col: _typed(kind, np.concatenate([columns[i][name][j] for i in ranks]), dtype)
+                {col: _typed(kind, np.concatenate([items[i][0][name][j] for i in ranks]), dtype)
                  for j, (col, kind, dtype) in enumerate(layout)}, columns=[c for c, _, _ in layout])
             starts = np.cumsum([0] + [items[i][1]["frames"][name]["rows"] for i in ranks])
             for i, a, b in zip(ranks, starts[:-1], starts[1:]):

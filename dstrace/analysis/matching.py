@@ -42,11 +42,37 @@ def assign_steps(coll: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     return out
 
 
+def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
+    """`pd.factorize` of a column without gaps whose rows share a few value objects (each rank's decoded
+    texts): by identity first, then by value over the distinct objects. pandas hashes each row's text anew,
+    seconds at millions of calls."""
+    values = column.to_numpy(dtype=object)
+    by_id, ids = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))
+    first = np.empty(len(ids), dtype=np.int64)
+    first[by_id[::-1]] = np.arange(len(values) - 1, -1, -1)
+    index: dict = {}
+    remap = np.array([index.setdefault(values[i], len(index)) for i in first], dtype=np.int64)
+    return remap[by_id], list(index)
+
+
+def _group_kind_keys(coll: pd.DataFrame) -> pd.Series:
+    """"<group>\x1f<kind>" per call as text, one object per distinct pair."""
+    group, kind = coll["group"].astype(str), coll["kind"].astype(str)
+    if group.isna().any() or kind.isna().any():
+        return group + "\x1f" + kind
+    g, groups = _codes(group)
+    k, kinds = _codes(kind)
+    pairs, inverse = np.unique(g * max(len(kinds), 1) + k, return_inverse=True)
+    lookup = np.array([f"{groups[p // max(len(kinds), 1)]}\x1f{kinds[p % max(len(kinds), 1)]}" for p in pairs],
+                      dtype=object)
+    return pd.Series(pd.array(lookup[inverse.reshape(-1)], dtype="str"), index=coll.index)
+
+
 def _match_keys(coll: pd.DataFrame, present: set[int]) -> tuple[pd.Series, pd.Series, pd.Series]:
     """(key, members expected, withheld) per call. Group collectives are keyed by group and kind; a
     point-to-point call by its direction (sender -> receiver) when the trace names the peer and the peer
     has a trace, else by itself alone (it matches nothing), as is an NCCL kernel that names no kind."""
-    key = coll["group"].astype(str) + "\x1f" + coll["kind"].astype(str)
+    key = _group_kind_keys(coll)
     withheld = pd.Series(None, index=coll.index, dtype=object)
     p2p = coll["kind"].isin(P2P_KINDS)
     if p2p.any():

@@ -13,6 +13,7 @@ read within bounds (`untrusted`), checked, and skipped with a warning when it do
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -92,7 +93,7 @@ def read_summary(path: str) -> tuple[dict, RankReduction]:
     data, arrays = _read_arrays(path)
     try:
         reduced = cache.unpack(arrays, data["reduction"])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
     return _identity(data, reduced), reduced
 
@@ -122,7 +123,7 @@ def _read_arrays(path: str) -> tuple[dict, dict[str, np.ndarray]]:
                                                           for c in spec["columns"])):
                 raise ValueError(f"the layout of {name} is not one dstrace writes")
             for _, _, dtype in spec["columns"]:
-                pd.api.types.pandas_dtype(dtype)
+                _dtype(dtype)
         if not isinstance(data["reduction"]["reduced"], dict):
             raise ValueError("no reduction")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -130,9 +131,15 @@ def _read_arrays(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     return data, arrays
 
 
-def _identity(data: dict, reduced: RankReduction | None) -> dict:
+@functools.lru_cache(maxsize=64)
+def _dtype(name: str):
+    """pandas' dtype of that name (TypeError when none): a summary names a few, 24 columns per rank."""
+    return pd.api.types.pandas_dtype(name)
+
+
+def _identity(data: dict, reduced: RankReduction | None, frames_checked: bool = False) -> dict:
     """Who wrote the summary, once its content is checked (`_check`). Raises ValueError."""
-    problem = _check(data, reduced)
+    problem = _check(data, reduced, frames_checked)
     if problem:
         raise ValueError(f"not a summary dstrace wrote ({problem})")
     return {k: data.get(k) for k in ("rank", "world_size", "host", "run_id", "trace_file", "distributed")}
@@ -147,8 +154,30 @@ def _numbers(column) -> bool:
     return column.dtype.kind in "biuf" or all(v is None or v != v or _number(v) for v in column)
 
 
-def _check(data: dict, reduced: RankReduction | None) -> str | None:
-    """What is wrong with a summary's content for the analysis to read it, or None."""
+def _frame_problem(name: str, columns: list[str], column) -> str | None:
+    """What is wrong with frame `name` of these columns (`column(c)`: its values), or None."""
+    if columns != list(COLUMNS[name]):
+        return f"{name} has columns {columns}"
+    if not all(_numbers(column(c)) for c in NUMERIC[name]):
+        return f"{name} holds times or sizes that are not numbers"
+    return None
+
+
+def _columns_problem(data: dict, columns: dict | None) -> str | None:
+    """`_check`'s frame checks on a summary's decoded columns (`cache.columns_of`), before they are batched."""
+    if columns is None:
+        return "a frame is incomplete"
+    for name in COLUMNS:
+        names = [c for c, _, _ in data["reduction"]["frames"][name]["columns"]]
+        problem = _frame_problem(name, names, lambda c: columns[name][names.index(c)])
+        if problem:
+            return problem
+    return None
+
+
+def _check(data: dict, reduced: RankReduction | None, frames_checked: bool = False) -> str | None:
+    """What is wrong with a summary's content for the analysis to read it, or None (`frames_checked`: its
+    frames were checked as columns, `_columns_problem`)."""
     if reduced is None:
         return "a frame is incomplete"
     if not (isinstance(data.get("rank"), int) and 0 <= data["rank"] < MAX_WORLD_SIZE):
@@ -159,13 +188,11 @@ def _check(data: dict, reduced: RankReduction | None) -> str | None:
     for key in ("host", "run_id", "trace_file"):
         if data.get(key) is not None and not isinstance(data[key], str):
             return f"{key} is not text"
-    for name, columns in COLUMNS.items():
+    for name, columns in COLUMNS.items() if not frames_checked else ():
         frame = getattr(reduced, name)
-        if list(frame.columns) != list(columns):
-            return f"{name} has columns {list(frame.columns)}"
-        kinds = frame.dtypes
-        if not all(kinds[c].kind in "biuf" or _numbers(frame[c]) for c in NUMERIC[name]):
-            return f"{name} holds times or sizes that are not numbers"
+        problem = _frame_problem(name, list(frame.columns), lambda c: frame[c])
+        if problem:
+            return problem
     u = reduced.utilization
     if not (isinstance(reduced.has_gpu, bool) and isinstance(u, dict)
             and all(_number(u.get(k)) for k in ("span_us", "idle_us", "exposed_comm_us"))
@@ -212,7 +239,8 @@ def load_summaries(trace_dir: str) -> LoadedRun:
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     found: dict[int, tuple[dict, RankReduction]] = {}
-    read: list[tuple[str, dict, dict]] = []  # name, JSON, arrays: unpacked together (`cache.unpack_many`)
+    read: list[tuple[str, dict, dict]] = []  # name, JSON, columns: unpacked together (`cache.unpack_many`)
+    texts: dict[str, str] = {}  # equal texts of all ranks as one object
 
     def skip(name: str, exc: Exception) -> None:
         reason = str(exc) if isinstance(exc, ValueError) else f"unreadable ({exc.strerror or exc})"
@@ -223,17 +251,26 @@ def load_summaries(trace_dir: str) -> LoadedRun:
         if not name.endswith(SUMMARY_SUFFIX):
             continue
         try:
-            read.append((name, *_read_arrays(os.path.join(trace_dir, name))))
+            data, arrays = _read_arrays(os.path.join(trace_dir, name))
+            try:
+                columns = cache.columns_of(arrays, data["reduction"], texts)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+                raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
+            problem = _columns_problem(data, columns)
+            if problem:
+                raise ValueError(f"not a summary dstrace wrote ({problem})")
+            read.append((name, data, columns))
         except (OSError, ValueError) as exc:
             skip(name, exc)
     try:
-        reductions = cache.unpack_many([(arrays, data["reduction"]) for _, data, arrays in read])
+        reductions = cache.unpack_many([(columns, data["reduction"]) for _, data, columns in read])
+        read = [(name, data, None) for name, data, _ in read]  # the columns are in the tables now
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UserError(f"rank summaries in {trace_dir} that dstrace did not write ({type(exc).__name__}: "
                         f"{str(exc)[:200]}); analyze the traces with --source traces") from None
     for (name, data, _), reduced in zip(read, reductions):
         try:
-            who = _identity(data, reduced)
+            who = _identity(data, reduced, frames_checked=True)
             found[who["rank"]] = (who, reduced)
         except ValueError as exc:
             skip(name, exc)

@@ -72,7 +72,8 @@ def test_summaries_unpacked_together_as_one_by_one():
     arrays, head = packed[3]
     head["frames"]["collectives"]["rows"] += 1  # rank 3's frame is incomplete: it alone reads as nothing
     alone = [cache.unpack(a, h) for a, h in packed]
-    together = cache.unpack_many(packed)
+    texts = {}
+    together = cache.unpack_many([(cache.columns_of(a, h, texts), h) for a, h in packed])
     assert alone[3] is None and together[3] is None
     for one, batch in zip(alone, together):
         if one is None:
