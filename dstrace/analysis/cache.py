@@ -161,7 +161,7 @@ def unpack_many(items: list[tuple[dict[str, list[np.ndarray]] | None, dict]]) ->
     """What `unpack` gives for each (`columns_of`, head), for many ranks at once: each frame is one table over
     all ranks of the same column layout, and a rank's frame is its slice of that table (a view, indexed from
     0). Building a frame costs about a millisecond whatever its rows, so one per rank and frame was most of
-    the read at thousands of ranks."""
+    the read at thousands of ranks. Each rank's columns are consumed (set to None) once in their table."""
     whole = [i for i, (c, _) in enumerate(items) if c is not None]
     frames: dict[int, dict[str, pd.DataFrame]] = {i: {} for i in whole}
     for name in FRAMES:
@@ -172,6 +172,8 @@ def unpack_many(items: list[tuple[dict[str, list[np.ndarray]] | None, dict]]) ->
             table = pd.DataFrame(
                 {col: _typed(kind, np.concatenate([items[i][0][name][j] for i in ranks]), dtype)
                  for j, (col, kind, dtype) in enumerate(layout)}, columns=[c for c, _, _ in layout])
+            for i in ranks:
+                items[i][0][name] = None  # consumed: a rank's columns are not held beside the table
             starts = np.cumsum([0] + [items[i][1]["frames"][name]["rows"] for i in ranks])
             for i, a, b in zip(ranks, starts[:-1], starts[1:]):
                 part = table.iloc[a:b]
