@@ -199,21 +199,36 @@ def _group_ranks(value) -> tuple[int, ...] | None:
     return _ranks_text(value) if isinstance(value, str) else parse_ranks(value)
 
 
+def _per_value(column: pd.Series, fn) -> np.ndarray:
+    """fn of each value, called once per distinct object: a run has a few groups and millions of calls
+    naming them, each rank's calls sharing its decoded texts (`cache`), so objects are told apart by
+    identity rather than by hashing a long "[0, 1, ...]" per call. fn must be pure."""
+    values = column.to_numpy(dtype=object)
+    codes, ids = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))
+    first = np.empty(len(ids), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(values) - 1, -1, -1)
+    lookup = np.empty(len(ids), dtype=object)
+    lookup[:] = [fn(values[i]) for i in first]
+    return lookup[codes]
+
+
 def collective_events(run: LoadedRun) -> pd.DataFrame:
     """All ranks' collectives, one row each: rank, kind, ts, dur, end, host_ts, bytes, group, group_ranks."""
-    frames = [t.reduced.collectives.assign(rank=rank) for rank, t in sorted(run.traces.items())
-              if len(t.reduced.collectives) and t.has_gpu == (run.device == "gpu")]
-    if not frames:
+    kept = [(rank, t.reduced.collectives) for rank, t in sorted(run.traces.items())
+            if len(t.reduced.collectives) and t.has_gpu == (run.device == "gpu")]
+    if not kept:
         return pd.DataFrame(columns=COLUMNS)
-    df = pd.concat(frames, ignore_index=True)
-    df["bytes"] = [message_size(i, o) for i, o in zip(df["in_bytes"].fillna(0), df["out_bytes"].fillna(0))]
-    df["bytes"] = df["bytes"].fillna(0).astype("int64")
-    ranks = df["pg_ranks"].map(_group_ranks)
+    df = pd.concat([f for _, f in kept], ignore_index=True)
+    df["rank"] = np.repeat([r for r, _ in kept], [len(f) for _, f in kept])
+    sizes = np.maximum(df["in_bytes"].fillna(0).to_numpy(), df["out_bytes"].fillna(0).to_numpy())  # message_size
+    df["bytes"] = pd.Series(sizes, index=df.index).fillna(0).astype("int64")
     everyone = tuple(range(run.world_size))
-    df["group_ranks"] = [r if r else everyone for r in ranks]
-    df["group"] = [str(g) if isinstance(g, str) and g else "world" for g in df["pg_name"]]
+    df["group_ranks"] = _per_value(df["pg_ranks"], lambda v: _group_ranks(v) or everyone)
+    df["group"] = _per_value(df["pg_name"], lambda g: str(g) if isinstance(g, str) and g else "world")
     df["group_size"] = pd.to_numeric(df["group_size"], errors="coerce")
-    df["group_size"] = df["group_size"].fillna(df["group_ranks"].map(len)).astype("int64")
+    if df["group_size"].isna().any():
+        df["group_size"] = df["group_size"].fillna(df["group_ranks"].map(len))
+    df["group_size"] = df["group_size"].astype("int64")
     df["p2p_peer"] = pd.to_numeric(df["p2p_peer"], errors="coerce")
     df["p2p_role"] = df["p2p_role"].where(df["p2p_role"].isin(("send", "recv")), None)
     return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)[COLUMNS]
@@ -263,6 +278,18 @@ def _overlap_union_us(rows: pd.DataFrame) -> float | None:
     return intervals.total(intervals.merge(rows["ts"], rows["end"]))
 
 
+def _overlapping(coll: pd.DataFrame) -> list[tuple]:
+    """The (rank, kind) pairs some of whose calls overlap in time: a call starting before an earlier one of
+    the pair has ended. One sort over all ranks; only these pairs need `_overlap_union_us`."""
+    if coll.empty:
+        return []
+    ordered = coll[["rank", "kind", "ts", "end"]].sort_values(["rank", "kind", "ts"], kind="stable")
+    reach = ordered.groupby(["rank", "kind"], sort=False)["end"].cummax()
+    earlier = reach.groupby([ordered["rank"], ordered["kind"]], sort=False).shift()
+    hit = ordered.loc[ordered["ts"] < earlier, ["rank", "kind"]].drop_duplicates()
+    return sorted(hit.itertuples(index=False, name=None))
+
+
 def collective_stats(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None
                      ) -> dict[int, dict[str, CollectiveStats]]:
     """Per rank and kind, over the calls in the rank's analysed window (`in_windows`): count, bytes, time,
@@ -280,14 +307,14 @@ def collective_stats(coll: pd.DataFrame, windows: dict[int, tuple[float, float]]
         count=("dur", "size"), bytes=("bytes", "sum"), kernel_us=("dur", "sum"),
         wait_us=("wait_us", "sum"), transfer_us=("transfer_us", "sum"), unsplit_us=("unsplit_us", "sum"),
         split_count=("split", "sum"), split_bytes=("split_bytes", "sum"), group_size=("group_size", "max"))
-    for key, rows in coll.groupby(["rank", "kind"]):
-        union = _overlap_union_us(rows)
-        if union is not None:
-            grouped.loc[key, "kernel_us"] = union
-            unsplit = _overlap_union_us(rows[~rows["split"].astype(bool)])
-            if unsplit is not None:
-                grouped.loc[key, "unsplit_us"] = unsplit
-    for (rank, kind), row in grouped.iterrows():
+    for rank, kind in _overlapping(coll):
+        rows = coll[(coll["rank"] == rank) & (coll["kind"] == kind)]
+        grouped.loc[(rank, kind), "kernel_us"] = _overlap_union_us(rows)
+        unsplit = _overlap_union_us(rows[~rows["split"].astype(bool)])
+        if unsplit is not None:
+            grouped.loc[(rank, kind), "unsplit_us"] = unsplit
+    # iterrows' rows are float64 (all columns numeric): the sizes below are divided as floats, as they were
+    for (rank, kind), row in zip(grouped.index, grouped.astype("float64").to_dict("records")):
         kernel_us = float(row["kernel_us"])
         algbw = row["bytes"] / kernel_us / 1e3 if kernel_us > 0 else 0.0
         factor = busbw_factor(kind, int(row["group_size"]))
@@ -316,10 +343,11 @@ def window_notes(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | N
         notes.append(f"{len(outside)} collective call(s) on {ranks_text(set(outside))} start outside the analysed "
                      "span and are left out of the Collectives table")
     overlapping = []
-    for (rank, kind), rows in kept.groupby(["rank", "kind"]):
+    for rank, kind in _overlapping(kept):
+        rows = kept[(kept["rank"] == rank) & (kept["kind"] == kind)]
         union = _overlap_union_us(rows)
         summed = float(rows["dur"].sum())
-        if union is not None and summed > union * 1.01:
+        if summed > union * 1.01:
             overlapping.append(f"{kind} on rank {int(rank)}: {union / 1e3:.1f} ms, {summed / 1e3:.1f} ms summed")
     if overlapping:
         notes.append("collective calls that overlap in time (on several threads or streams) count once in the "
