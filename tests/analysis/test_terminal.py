@@ -132,3 +132,32 @@ def test_compare_fits_80_columns_and_a_pipe(tmp_path):
     plain = piped(["compare", str(runs)])
     assert "\x1b" not in plain and widest(plain) <= 100
     assert plain.index("Why") < plain.index("Configurations: time")
+
+
+def _md_terms(report: str) -> list[str]:
+    return re.findall(r"^- \*\*(.+?)\*\*: ", report.split("<summary>Columns</summary>")[1], re.M)
+
+
+def _html_terms(report: str) -> list[str]:
+    return re.findall(r"<dt>(.*?)</dt>", report.split("<h2>Columns</h2>")[1])
+
+
+@pytest.mark.parametrize("fmt,terms_of", [("markdown", _md_terms), ("html", _html_terms)])
+def test_markdown_and_html_legends_are_the_terms_used(full_run, tmp_path, fmt, terms_of):
+    """Like the text report: the terms of the tables shown, all of them with --verbose (before: every term,
+    always; the synthetic run has no withheld split, so 'split withheld' is in no table and no legend)."""
+    short, every = str(tmp_path / "short"), str(tmp_path / "every")
+    piped(["analyze", full_run, "--format", fmt, "-o", short])
+    piped(["analyze", full_run, "--format", fmt, "--verbose", "-o", every])
+    listed, body = terms_of(open(short).read()), open(short).read().split("Columns")[0]
+    assert listed and "split withheld" not in listed and len(listed) < len(LEGEND)
+    assert all(t.replace(" / ", " ").split()[0] in body for t in listed), listed
+    assert terms_of(open(every).read()) == [t for t, _ in LEGEND]
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "html"])
+def test_markdown_and_html_legends_in_host_words_on_cpu(gloo_run_dir, tmp_path, fmt):
+    out = str(tmp_path / "report")
+    piped(["analyze", str(gloo_run_dir), "--format", fmt, "-o", out])
+    legend = open(out).read().split("Columns")[-1]
+    assert "CPU op" in legend and "GPU" not in legend and "kernel" not in legend

@@ -9,15 +9,14 @@ from rich.text import Text
 
 from dstrace.analysis.model import Analysis, Finding
 from dstrace.analysis.render.common import (
-    collective_rows, evidence_line, finding_details, legend, rank_rows, ranks_line, ranks_of, shown_parts,
-    step_time_line, steps_line, time_scope,
+    collective_rows, evidence_line, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of,
+    shown_parts, step_time_line, steps_line, time_scope, used_terms,
 )
 from dstrace.analysis.render.terminal import Screen, capture
 from dstrace.explain import doc_link
 from dstrace.say import one_line
 
 INDENT = 2
-COLLECTIVE_TERMS = {"time / wait / transfer", "algbw", "busbw", "busbw w/o wait", "split withheld"}
 
 
 def plain(text: str, style: str = "") -> Text:
@@ -124,7 +123,6 @@ def draw(console, a: Analysis, verbose: bool) -> None:
         items(["none: no finding's evidence holds in these traces"])
     for f in a.findings:
         _finding(console, f, verbose)
-    terms: set[str] = set()
     lines = [x for x in (step_time_line(a), steps_line(a)) if x]
     if lines:
         heading("Steps")
@@ -136,12 +134,14 @@ def draw(console, a: Analysis, verbose: bool) -> None:
         if not verbose:
             rows = shares_only(rows, 2, 2 + len(parts))
         console.print(Padding(table(head, rows, keys=1), (0, 0, 0, INDENT)))
-        terms |= {"span", "waited for", *parts}
     head, rows = collective_rows(a)
     if rows:
         heading("Collectives")
         console.print(Padding(table(head, rows), (0, 0, 0, INDENT)))
-        terms |= COLLECTIVE_TERMS & ({"time / wait / transfer", "algbw", "busbw", "busbw w/o wait"} | set(head))
+    head, rows = library_rows(a)
+    if rows:
+        heading("Communication time by library (union of each library's kernels)")
+        console.print(Padding(table(head, rows, keys=1), (0, 0, 0, INDENT)))
     if verbose and (hta := _hta_lines(a)):
         heading("HTA breakdown (HTA's own measure: every GPU event with a stream, timestamps cut to whole "
                 "microseconds; the idle in the table above is dstrace's, over kernels, copies and memsets)")
@@ -157,7 +157,8 @@ def draw(console, a: Analysis, verbose: bool) -> None:
             items(found, style)
     if a.ranks:
         heading("Terms" if verbose else "Terms used above")
-        console.print(Padding(terms_grid(legend(a, None if verbose else terms)), (0, 0, 0, INDENT)))
+        terms = None if verbose else used_terms(a, shown_parts(a, every=False))
+        console.print(Padding(terms_grid(legend(a, terms)), (0, 0, 0, INDENT)))
 
 
 def terms_grid(pairs: list[tuple[str, str]]) -> Table:
