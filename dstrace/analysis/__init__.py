@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
                              "ranks or the traces are large (default)")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="text report: every section, span part and term (default: the verdict, the tables "
-                             "and the terms they use); markdown and html: every term")
+                        help="text report: every section, span part and term, each finding whole (default: the "
+                             "verdict cut to fit a screen, the tables and the terms they use); markdown and html: "
+                             "every term")
     parser.add_argument("--steps", metavar="A:B", default=None,
                         help="compare the traced work of steps A to B (host ops, dstrace ranges and kernels by name, "
                              "ms per step) with the steps of --against, instead of the report")

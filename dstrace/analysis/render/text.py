@@ -1,6 +1,7 @@
 """The terminal report: the verdict first (each finding's cause, remedy and one line of its evidence), then
 the numbers behind it, then what the terms it used mean. `--verbose` adds HTA's breakdown, the clock
-alignment, every span part and every term. Laid out by rich for the screen it goes to (`terminal`)."""
+alignment, every span part and every term, and each finding whole (by default its headline, cause and
+remedy are cut at what fits the findings on one screen, two lines each at least). Laid out by rich for the screen it goes to (`terminal`)."""
 from __future__ import annotations
 
 from rich import box
@@ -67,24 +68,56 @@ def labelled(label: str, text: str, style: str = "") -> Text:
     return line
 
 
-def _finding(console, f: Finding, verbose: bool) -> None:
+SCREEN_LINES = 40
+"""The first screen, which the default verdict fills where it can: a terminal of 40 rows or more."""
+
+
+def verdict_cap(findings: int) -> int:
+    """Lines each finding's headline, cause and remedy get by default: what fits the findings on one screen
+    (after the report's title, ranks line and heading, each finding also has an evidence line and about two
+    of docs), never under two (the rest: --verbose)."""
+    return max(2, (SCREEN_LINES - 5 - 3 * findings) // (3 * max(findings, 1)))
+
+
+def capped(console, text: Text, width: int, lines: int | None) -> tuple[list[Text], bool]:
+    """`text` wrapped to `width`, at most `lines` lines (None: all), the last one ending in an ellipsis
+    where the text goes on; and whether it was cut."""
+    wrapped = list(text.wrap(console, width))
+    if lines is None or len(wrapped) <= lines:
+        return wrapped, False
+    last = wrapped[lines - 1]
+    last.rstrip()
+    last.truncate(width - 1)
+    last.append("…")
+    return wrapped[:lines], True
+
+
+def _finding(console, f: Finding, cap: int | None) -> bool:
+    """Print one finding, its headline, cause and remedy cut at `cap` lines each; whether any was cut."""
     from rich.padding import Padding
 
     head = Text(f"[{f.id}] ", style="bold yellow")
     head.append(f"{ranks_of(f)}: ", style="bold")
     head.append_text(plain(f.summary))
-    console.print(Padding(head, (0, 0, 0, INDENT)))
-    lines = [labelled(label, f"dstrace explain {f.id}, or {doc_link(text)}" if label == "docs" else text,
-                      "cyan" if label == "docs" else "")
+    shown, cut = capped(console, head, console.width - INDENT, cap)
+    for line in shown:
+        console.print(Padding(line, (0, 0, 0, INDENT)))
+    lines = [(label, labelled(label, f"dstrace explain {f.id}, or {doc_link(text)}" if label == "docs" else text,
+                              "cyan" if label == "docs" else ""))
              for label, text in finding_details(f)]
     evidence = evidence_line(f)
     if evidence:
         line = labelled("evidence", evidence, "dim")
-        if not verbose:
+        if cap is not None:
             line.no_wrap, line.overflow = True, "ellipsis"
-        lines.insert(2, line)
-    for line in lines:
-        console.print(Padding(line, (0, 0, 0, INDENT + 4)))
+        lines.insert(2, ("evidence", line))
+    width = console.width - INDENT - 4
+    for label, line in lines:
+        shown, more = capped(console, line, width, cap if label in ("why", "what to do") else None)
+        cut |= more
+        for part in shown:
+            console.print(Padding(part, (0, 0, 0, INDENT + 4)))
+    return cut
 
 
 def _hta_lines(a: Analysis) -> list[str]:
@@ -121,8 +154,10 @@ def draw(console, a: Analysis, verbose: bool) -> None:
     heading("Verdict")
     if not a.findings:
         items(["none: no finding's evidence holds in these traces"])
-    for f in a.findings:
-        _finding(console, f, verbose)
+    cap = None if verbose else verdict_cap(len(a.findings))
+    cut = [_finding(console, f, cap) for f in a.findings]
+    if any(cut):
+        items(["(… cut to fit the screen: --verbose prints every finding whole)"], "dim")
     lines = [x for x in (step_time_line(a), steps_line(a)) if x]
     if lines:
         heading("Steps")
