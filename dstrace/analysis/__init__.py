@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
                              "ranks or the traces are large (default)")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="text report: every section, span part and term (default: the verdict, the tables "
-                             "and the terms they use)")
+                        help="text report: every section, span part and term, each finding whole (default: the "
+                             "verdict cut to fit a screen, the tables and the terms they use); markdown and html: "
+                             "every term")
     parser.add_argument("--steps", metavar="A:B", default=None,
                         help="compare the traced work of steps A to B (host ops, dstrace ranges and kernels by name, "
                              "ms per step) with the steps of --against, instead of the report")
@@ -94,6 +95,8 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
     options = {"format": fmt, "align_clocks": clock_policy, "source": source}
     if fmt == "text" and screen is not None:
         options |= screen.options()
+    elif fmt in ("markdown", "html") and screen is not None:
+        options["verbose"] = screen.verbose  # the whole legend or the terms used
     single = os.path.isfile(trace_dir)  # one trace file: its reduction is kept beside it, no report is
     key = None if single else report_cache.key(trace_dir, options)  # None for a folder that cannot be read
     kept = report_cache.read(trace_dir, fmt, key) if key else None

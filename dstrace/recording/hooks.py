@@ -407,6 +407,62 @@ def patch_modeling(module) -> None:
         return post_init
 
     _wrap(module.PreTrainedModel, "post_init", make)
+    _wrap_classmethod(module.PreTrainedModel, "from_pretrained", _from_pretrained)
+
+
+def _wrap_classmethod(owner, attr: str, make):
+    """_wrap for a classmethod: wrap its function and keep it a classmethod, so that a subclass calling it
+    (AutoModel's `model_class.from_pretrained`) still passes its own class."""
+    method = owner.__dict__.get(attr)
+    if not isinstance(method, classmethod) or getattr(method.__func__, WRAPPED, False):
+        return
+    wrapper = functools.wraps(method.__func__)(make(method.__func__))
+    setattr(wrapper, WRAPPED, True)
+    setattr(owner, attr, classmethod(wrapper))
+
+
+def _plan_label(plan) -> str | None:
+    """A tp_plan as the manifest keeps it: "auto", or a custom plan by its number of rules."""
+    if plan is None:
+        return None
+    if isinstance(plan, str):
+        return plan
+    return f"{len(plan)} rules" if isinstance(plan, dict) else type(plan).__name__
+
+
+def transformers_tp_requests(kwargs: dict, world_size: str | None) -> list[TPRequest]:
+    """The tensor parallelism a from_pretrained call asks for: its tp_plan and tp_size, passed directly or in
+    a DistributedConfig; with a plan and no size, transformers splits over WORLD_SIZE (its documented
+    default with no other parallel size), so that is the size recorded, said as implied."""
+    dist = kwargs.get("distributed_config")
+    plan = kwargs.get("tp_plan", getattr(dist, "tp_plan", None))
+    size = kwargs.get("tp_size", getattr(dist, "tp_size", None))
+    source = "from_pretrained" if dist is None else "from_pretrained(distributed_config)"
+    found = []
+    if plan is not None:
+        found.append(TPRequest(source=source, key="tp_plan", value=_plan_label(plan)))
+    if size is not None:
+        found.append(TPRequest(source=source, key="tp_size", value=size))
+    elif plan is not None and world_size and world_size.isdigit():
+        found.append(TPRequest(source=source, key="tp_size (implied: WORLD_SIZE)", value=int(world_size)))
+    return found
+
+
+def _from_pretrained(original):
+    def from_pretrained(cls, *args, **kwargs):
+        s = session.get()
+        if s is not None:
+            with s.guard("from_pretrained"):
+                requested = transformers_tp_requests(kwargs, os.environ.get("WORLD_SIZE"))
+                if requested:
+                    s.manifest.tp_requested.extend(requested)
+                    s.flush()
+        try:
+            return original(cls, *args, **kwargs)
+        except BaseException as e:
+            _passing_through(e)
+            raise
+    return from_pretrained
 
 
 def _hf_overridden(s, config):

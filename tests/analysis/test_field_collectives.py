@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
 
 import synthetic
 from helpers import analyze_dir
+
+from dstrace.analysis.render import render
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "corpus", "data")
 OLD_SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
@@ -217,6 +220,22 @@ def test_deepep_kernels_are_deepep_communication(tmp_path):
         assert s.comm_libraries_us == {"DeepEP": pytest.approx(3 * 750.0)}
         assert s.collectives == {}  # no group or sizes: not matched as a collective
     assert any(n.endswith("DeepEP kernels on ranks 0, 1: 2.2 ms each") for n in a.notes), a.notes
+    report = json.loads(render(a, "json"))
+    assert all(report["ranks"][r]["comm_libraries_us"] == {"DeepEP": pytest.approx(2250.0)} for r in ("0", "1"))
+    text = render(a, "text")
+    section = text[text.index("Communication time by library"):]
+    assert re.search(r"^  rank\s+DeepEP ms$", section, re.M) and re.search(r"^  1\s+2\.25$", section, re.M), section
+    for fmt in ("markdown", "html"):
+        assert "Communication time by library" in render(a, fmt), fmt
+
+
+def test_nccl_alone_has_no_library_section(zero3_dir):
+    """NCCL's time is what the Collectives table already shows: the library section is for the others; the
+    JSON carries every library's time all the same (before: in no report)."""
+    a = analyze_dir(zero3_dir)
+    libraries = {r: s["comm_libraries_us"] for r, s in json.loads(render(a, "json"))["ranks"].items()}
+    assert libraries and all(set(v) == {"NCCL"} and v["NCCL"] > 0 for v in libraries.values()), libraries
+    assert "Communication time by library" not in render(a, "text")
 
 
 @pytest.mark.parametrize("name,library", [

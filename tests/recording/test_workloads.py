@@ -291,3 +291,10 @@ def test_transformers_tp_plan_measured_from_dtensors(tmp_path):
         split = [w for w in inv["weights"] if w["split"] == 2]
         assert split and all(w["local_numel"] * 2 == math.prod(w["shape"]) for w in split)
     assert "tp-not-applied" not in {f["id"] for f in analysis(run_dir)["findings"]}
+    for m in manifests(run_dir).values():  # the request itself, beside what the shards measure
+        asked = {t["key"]: t["value"] for t in m["tp_requested"] if t["source"] == "from_pretrained"}
+        assert asked == {"tp_plan": "auto", "tp_size (implied: WORLD_SIZE)": 2}
+    compared = dstrace("compare", run_dir)
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    said = " ".join(compared.stdout.split())
+    assert "TP requested: tp_plan=auto (from_pretrained); tp_size (implied: WORLD_SIZE)=2 (from_pretrained)" in said

@@ -8,8 +8,10 @@ from dstrace.analysis.render.terminal import Screen
 def render(analysis: Analysis, fmt: str, screen: Screen | None = None) -> str:
     """The report in `fmt`; the text one laid out for `screen` (default: 100 plain columns)."""
     if fmt == "json":
-        from dstrace.analysis.render.json import render_json as fn
-    elif fmt == "markdown":
+        from dstrace.analysis.render.json import render_json
+
+        return render_json(analysis)
+    if fmt == "markdown":
         from dstrace.analysis.render.markdown import render_markdown as fn
     elif fmt == "html":
         from dstrace.analysis.render.html import render_html as fn
@@ -17,4 +19,4 @@ def render(analysis: Analysis, fmt: str, screen: Screen | None = None) -> str:
         from dstrace.analysis.render.text import render_text
 
         return render_text(analysis, screen)
-    return fn(analysis)
+    return fn(analysis, verbose=bool(screen and screen.verbose))

@@ -93,6 +93,34 @@ HOST_LEGEND = dict(LEGEND) | {
 """The same terms for CPU-only and host-only traces, where every time is a host time."""
 
 
+COLLECTIVE_TERMS = ("time / wait / transfer", "algbw", "busbw", "busbw w/o wait")
+"""The terms of the Collectives table, besides its own `split withheld` column when it has one."""
+
+
+def used_terms(a: Analysis, parts: tuple[str, ...]) -> set[str]:
+    """The legend terms of the tables a report shows: the time-per-rank table with span parts `parts`, and
+    the Collectives table with its columns, where there is one (the renderers' one rule for a short legend)."""
+    if not a.ranks:
+        return set()
+    terms = {"span", "waited for", *parts}
+    head, rows = collective_rows(a)
+    if rows:
+        terms |= set(COLLECTIVE_TERMS) | ({"split withheld"} & set(head))
+    return terms
+
+
+def library_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+    """Communication time per library (`comm_libraries_us`) per rank, only where a library other than NCCL
+    has time: NCCL alone is what the Collectives table shows. (head, rows), rows empty when none."""
+    libraries = sorted({lib for s in a.ranks.values() for lib, us in s.comm_libraries_us.items() if us > 0})
+    if not set(libraries) - {"NCCL"}:
+        return [], []
+    rows = [[str(r)] + [ms(s.comm_libraries_us.get(lib)) if lib in s.comm_libraries_us else "-"
+                        for lib in libraries]
+            for r, s in sorted(a.ranks.items())]
+    return ["rank", *libraries], rows
+
+
 def legend(a: Analysis, terms: set[str] | None = None) -> list[tuple[str, str]]:
     """(term, meaning) in the words of the run's trace kind; only `terms` when given (those a report used)."""
     words = dict(LEGEND) if a.device == "gpu" else HOST_LEGEND

@@ -10,8 +10,8 @@ import re
 from dstrace.analysis.model import Analysis
 from dstrace.explain import doc_link
 from dstrace.analysis.render.common import (
-    SPAN_PARTS, legend, collective_rows, finding_details, rank_rows, ranks_line, ranks_of, span_parts, step_time_line,
-    steps_line,
+    SPAN_PARTS, collective_rows, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of, span_parts,
+    shown_parts, step_time_line, steps_line, used_terms,
 )
 
 COLORS = {"compute": "#4c78a8", "transfer": "#e45756", "wait for peers": "#f2a541", "split withheld": "#bab0ac",
@@ -205,12 +205,16 @@ def _finding(f) -> str:
             + (f"<ul>{details}</ul>" if details else "") + "</li>")
 
 
-def render_html(a: Analysis) -> str:
+def render_html(a: Analysis, verbose: bool = False) -> str:
+    """The report; its legend has the terms the tables use (every term with `verbose`)."""
     findings = "".join(_finding(f) for f in a.findings) or "<li>none</li>"
     line = "; ".join(x for x in (step_time_line(a), steps_line(a)) if x)
     extra = "".join(f"<h2>{label}</h2><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in items) + "</ul>"
                     for label, items in (("Notes", a.notes), ("Warnings", a.warnings)) if items)
     head, rows = collective_rows(a)
+    lib_head, lib_rows = library_rows(a)
+    parts = shown_parts(a, every=verbose)
+    terms = legend(a, None if verbose else used_terms(a, parts))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dstrace analysis: {_esc(a.run_id or a.trace_dir)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:13px}}
@@ -221,10 +225,11 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f
 {f'<p>{_esc(line)}</p>' if line else ''}
 <h2>Findings</h2><ul>{findings}</ul>
 {step_plots(a)}
-<h2>Time per rank (shares of the span)</h2>{time_bars(a)}{_table(*rank_rows(a))}
+<h2>Time per rank (shares of the span)</h2>{time_bars(a)}{_table(*rank_rows(a, parts))}
 <h2>Collective waits over time</h2>{wait_scatter(a)}
 {('<h2>Collectives</h2>' + _table(head, rows)) if rows else ''}
+{('<h2>Communication time by library</h2>' + _table(lib_head, lib_rows)) if lib_rows else ''}
 {extra}
-<h2>Columns</h2><dl>{"".join(f"<dt>{_esc(t)}</dt><dd>{_esc(m)}</dd>" for t, m in legend(a))}</dl>
+{('<h2>Columns</h2><dl>' + "".join(f"<dt>{_esc(t)}</dt><dd>{_esc(m)}</dd>" for t, m in terms) + '</dl>') if terms else ''}
 </body></html>
 """

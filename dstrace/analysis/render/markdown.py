@@ -5,7 +5,8 @@ from dstrace.analysis.model import Analysis
 from dstrace.explain import doc_link
 from dstrace.say import md_inline
 from dstrace.analysis.render.common import (
-    collective_rows, legend, finding_details, rank_rows, ranks_line, ranks_of, step_time_line, steps_line,
+    collective_rows, legend, library_rows, finding_details, rank_rows, ranks_line, ranks_of, shown_parts,
+    step_time_line, steps_line, used_terms,
 )
 
 
@@ -18,7 +19,9 @@ def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
         ["| " + " | ".join(map(_cell, r)) + " |" for r in rows]
 
 
-def render_markdown(a: Analysis) -> str:
+def render_markdown(a: Analysis, verbose: bool = False) -> str:
+    """The report; its legend has the terms the tables use (every term with `verbose`)."""
+    parts = shown_parts(a, every=verbose)
     out = ["## dstrace analysis", "", f"- {md_inline(ranks_line(a))}"]
     for line in (step_time_line(a), steps_line(a)):
         if line:
@@ -31,15 +34,18 @@ def render_markdown(a: Analysis) -> str:
     if not a.findings:
         out.append("- none")
     if a.ranks:
-        out += ["", "### Time per rank (shares of the span)", ""] + md_table(*rank_rows(a))
+        out += ["", "### Time per rank (shares of the span)", ""] + md_table(*rank_rows(a, parts))
     head, rows = collective_rows(a)
     if rows:
         out += ["", "### Collectives", ""] + md_table(head, rows)
+    head, rows = library_rows(a)
+    if rows:
+        out += ["", "### Communication time by library", ""] + md_table(head, rows)
     for label, items in (("Notes", a.notes), ("Warnings", a.warnings)):
         if items:
             out += ["", f"### {label}", ""] + [f"- {md_inline(x)}" for x in items]
     if a.ranks:
-        out += ["", "<details><summary>Columns</summary>", ""] + [f"- **{t}**: {m}" for t, m in legend(a)] \
+        out += ["", "<details><summary>Columns</summary>", ""] + [f"- **{t}**: {m}" for t, m in legend(a, None if verbose else used_terms(a, parts))] \
             + ["", "</details>"]
     out += ["", "<sub>dstrace.analysis/1; the JSON (`--format json`) holds every number and each finding's evidence.</sub>"]
     return "\n".join(out) + "\n"

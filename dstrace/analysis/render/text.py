@@ -1,6 +1,7 @@
 """The terminal report: the verdict first (each finding's cause, remedy and one line of its evidence), then
 the numbers behind it, then what the terms it used mean. `--verbose` adds HTA's breakdown, the clock
-alignment, every span part and every term. Laid out by rich for the screen it goes to (`terminal`)."""
+alignment, every span part and every term, and each finding whole (by default its headline, cause and
+remedy are cut at what fits the findings on one screen, two lines each at least). Laid out by rich for the screen it goes to (`terminal`)."""
 from __future__ import annotations
 
 from rich import box
@@ -9,15 +10,14 @@ from rich.text import Text
 
 from dstrace.analysis.model import Analysis, Finding
 from dstrace.analysis.render.common import (
-    collective_rows, evidence_line, finding_details, legend, rank_rows, ranks_line, ranks_of, shown_parts,
-    step_time_line, steps_line, time_scope,
+    collective_rows, evidence_line, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of,
+    shown_parts, step_time_line, steps_line, time_scope, used_terms,
 )
 from dstrace.analysis.render.terminal import Screen, capture
 from dstrace.explain import doc_link
 from dstrace.say import one_line
 
 INDENT = 2
-COLLECTIVE_TERMS = {"time / wait / transfer", "algbw", "busbw", "busbw w/o wait", "split withheld"}
 
 
 def plain(text: str, style: str = "") -> Text:
@@ -68,24 +68,56 @@ def labelled(label: str, text: str, style: str = "") -> Text:
     return line
 
 
-def _finding(console, f: Finding, verbose: bool) -> None:
+SCREEN_LINES = 40
+"""The first screen, which the default verdict fills where it can: a terminal of 40 rows or more."""
+
+
+def verdict_cap(findings: int) -> int:
+    """Lines each finding's headline, cause and remedy get by default: what fits the findings on one screen
+    (after the report's title, ranks line and heading, each finding also has an evidence line and about two
+    of docs), never under two (the rest: --verbose)."""
+    return max(2, (SCREEN_LINES - 5 - 3 * findings) // (3 * max(findings, 1)))
+
+
+def capped(console, text: Text, width: int, lines: int | None) -> tuple[list[Text], bool]:
+    """`text` wrapped to `width`, at most `lines` lines (None: all), the last one ending in an ellipsis
+    where the text goes on; and whether it was cut."""
+    wrapped = list(text.wrap(console, width))
+    if lines is None or len(wrapped) <= lines:
+        return wrapped, False
+    last = wrapped[lines - 1]
+    last.rstrip()
+    last.truncate(width - 1)
+    last.append("…")
+    return wrapped[:lines], True
+
+
+def _finding(console, f: Finding, cap: int | None) -> bool:
+    """Print one finding, its headline, cause and remedy cut at `cap` lines each; whether any was cut."""
     from rich.padding import Padding
 
     head = Text(f"[{f.id}] ", style="bold yellow")
     head.append(f"{ranks_of(f)}: ", style="bold")
     head.append_text(plain(f.summary))
-    console.print(Padding(head, (0, 0, 0, INDENT)))
-    lines = [labelled(label, f"dstrace explain {f.id}, or {doc_link(text)}" if label == "docs" else text,
-                      "cyan" if label == "docs" else "")
+    shown, cut = capped(console, head, console.width - INDENT, cap)
+    for line in shown:
+        console.print(Padding(line, (0, 0, 0, INDENT)))
+    lines = [(label, labelled(label, f"dstrace explain {f.id}, or {doc_link(text)}" if label == "docs" else text,
+                              "cyan" if label == "docs" else ""))
              for label, text in finding_details(f)]
     evidence = evidence_line(f)
     if evidence:
         line = labelled("evidence", evidence, "dim")
-        if not verbose:
+        if cap is not None:
             line.no_wrap, line.overflow = True, "ellipsis"
-        lines.insert(2, line)
-    for line in lines:
-        console.print(Padding(line, (0, 0, 0, INDENT + 4)))
+        lines.insert(2, ("evidence", line))
+    width = console.width - INDENT - 4
+    for label, line in lines:
+        shown, more = capped(console, line, width, cap if label in ("why", "what to do") else None)
+        cut |= more
+        for part in shown:
+            console.print(Padding(part, (0, 0, 0, INDENT + 4)))
+    return cut
 
 
 def _hta_lines(a: Analysis) -> list[str]:
@@ -123,9 +155,10 @@ def draw(console, a: Analysis, verbose: bool) -> None:
     heading("Verdict")
     if not a.findings:
         items(["none: no finding's evidence holds in these traces"])
-    for f in a.findings:
-        _finding(console, f, verbose)
-    terms: set[str] = set()
+    cap = None if verbose else verdict_cap(len(a.findings))
+    cut = [_finding(console, f, cap) for f in a.findings]
+    if any(cut):
+        items(["(… cut to fit the screen: --verbose prints every finding whole)"], "dim")
     lines = [x for x in (step_time_line(a), steps_line(a)) if x]
     if lines:
         heading("Steps")
@@ -137,12 +170,14 @@ def draw(console, a: Analysis, verbose: bool) -> None:
         if not verbose:
             rows = shares_only(rows, 2, 2 + len(parts))
         console.print(Padding(table(head, rows, keys=1), (0, 0, 0, INDENT)))
-        terms |= {"span", "waited for", *parts}
     head, rows = collective_rows(a)
     if rows:
         heading("Collectives")
         console.print(Padding(table(head, rows), (0, 0, 0, INDENT)))
-        terms |= COLLECTIVE_TERMS & ({"time / wait / transfer", "algbw", "busbw", "busbw w/o wait"} | set(head))
+    head, rows = library_rows(a)
+    if rows:
+        heading("Communication time by library (union of each library's kernels)")
+        console.print(Padding(table(head, rows, keys=1), (0, 0, 0, INDENT)))
     if verbose and (hta := _hta_lines(a)):
         heading("HTA breakdown (HTA's own measure: every GPU event with a stream, timestamps cut to whole "
                 "microseconds; the idle in the table above is dstrace's, over kernels, copies and memsets)")
@@ -158,7 +193,8 @@ def draw(console, a: Analysis, verbose: bool) -> None:
             items(found, style)
     if a.ranks:
         heading("Terms" if verbose else "Terms used above")
-        console.print(Padding(terms_grid(legend(a, None if verbose else terms)), (0, 0, 0, INDENT)))
+        terms = None if verbose else used_terms(a, shown_parts(a, every=False))
+        console.print(Padding(terms_grid(legend(a, terms)), (0, 0, 0, INDENT)))
 
 
 def terms_grid(pairs: list[tuple[str, str]]) -> Table:
