@@ -8,8 +8,10 @@ complete; dstrace exits with the command's own exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -262,7 +264,7 @@ def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:
 
 
 def _run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run the command; pass SIGTERM/SIGHUP on, and let Ctrl-C reach it as it would without dstrace. A signal
+    """Run the command; pass SIGTERM/SIGHUP on, and a SIGINT that did not reach it (docs/recording.md). A signal
     ignored when `record` started (SIGHUP under nohup) stays ignored: the command inherits SIG_IGN, as it would
     have, and `record` passes on none."""
     try:
@@ -271,14 +273,19 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
         raise UserError(f"cannot start {command[0]!r}: {e.strerror}; check the command after '--'",
                         code=126) from None
     forwarded = {}
+    group_sigint = _GroupSigint.start()
 
     def forward(signum, frame):
         forwarded.setdefault("at", time.monotonic())
         child.send_signal(signum)
 
+    def on_sigint(signum, frame):
+        if not group_sigint.reached_the_job(child.pid):
+            child.send_signal(signum)
+
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)
                 if signal.getsignal(sig) is not signal.SIG_IGN}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *a: None)  # the terminal sends it to the child too
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_sigint)
     try:
         while True:
             try:
@@ -290,7 +297,65 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        group_sigint.stop()
     return 128 - code if code < 0 else code
+
+
+GROUP_SIGNAL_WAIT_S = 0.5
+"""How long `record` waits for its sentinel to say that a SIGINT was sent to the whole process group."""
+
+
+@dataclass
+class _GroupSigint:
+    """Tells a SIGINT sent to `record`'s whole process group (a terminal's Ctrl-C, `kill -INT -PGID`) from one
+    sent to `record` alone (`kill -INT PID`). siginfo cannot: `kill` and `killpg` both give SI_USER. A sentinel
+    process in the group, SIGINT blocked, takes each SIGINT it is sent with sigwaitinfo and writes a byte: a
+    SIGINT that reached the sentinel reached the whole group, the job too when it shares the group."""
+    pid: int
+    reads: int
+
+    @classmethod
+    def start(cls) -> "_GroupSigint":
+        reads, writes = os.pipe()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _sentinel(writes)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        os.close(writes)
+        return cls(pid=pid, reads=reads)
+
+    def reached_the_job(self, job_pid: int) -> bool:
+        """Whether the SIGINT `record` just took reached the job already: it reached the sentinel, and the job
+        is in `record`'s process group. Bytes from earlier signals are taken with it: at worst a SIGINT is not
+        passed on, never passed on twice."""
+        try:
+            shares_the_group = os.getpgid(job_pid) == os.getpgrp()
+        except ProcessLookupError:
+            return True
+        reached_the_group = bool(select.select([self.reads], [], [], GROUP_SIGNAL_WAIT_S)[0])
+        if reached_the_group:
+            os.read(self.reads, 4096)
+        return reached_the_group and shares_the_group
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.reads)
+
+
+def _sentinel(writes: int) -> None:
+    """The sentinel's life: one byte per SIGINT; gone when `record` is."""
+    try:
+        parent = os.getppid()
+        while os.getppid() == parent:
+            if signal.sigtimedwait({signal.SIGINT}, 1.0) is not None:
+                os.write(writes, b"i")
+    finally:
+        os._exit(0)
 
 
 def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
