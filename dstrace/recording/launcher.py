@@ -230,8 +230,7 @@ def record(opts: RecordOptions) -> int:
     run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=opts.command,
                     cwd=os.getcwd(), started=time.time(), status="running")
     run_file = os.path.join(run_dir, RUN_FILE) if role is None else node_record_path(run_dir, role.node)
-    os.makedirs(os.path.dirname(run_file), exist_ok=True)
-    write_json_atomic(run_file, _record_json(run, role))
+    _write_first_record(run_file, _record_json(run, role))
     executable = shutil.which(opts.command[0])
     if executable is None:
         run.status, run.exit_code = "incomplete", 127
@@ -253,6 +252,17 @@ def record(opts: RecordOptions) -> int:
         say(f"{role.node} of {role.nnodes} done; once every node is: dstrace gather {run_dir} "
             "(shared folder) or dstrace gather OUT NODE_FOLDER...")
     return code
+
+
+def _write_first_record(run_file: str, payload: dict) -> None:
+    """The run record before the job starts: where it cannot be written (a folder, device or FIFO planted at
+    its name), the job is not started."""
+    try:
+        os.makedirs(os.path.dirname(run_file), exist_ok=True)
+        write_json_atomic(run_file, payload)
+    except OSError as e:
+        raise UserError(f"cannot write the run record {run_file}: {e.strerror or e}; the command was not "
+                        "started") from None
 
 
 def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:

@@ -1,0 +1,62 @@
+"""Where `record` writes its own run record: something planted at run.json's name is left alone and the job is
+not started (tests/recording/CASES.md)."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from tests.conftest import dstrace, tool
+
+
+def _marking_job(tmp_path) -> tuple[str, str]:
+    """A job that leaves a file behind when it runs: it must not."""
+    marker = tmp_path / "job-ran"
+    job = tmp_path / "job.py"
+    job.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    return str(job), str(marker)
+
+
+def _one_line_refusal(r) -> None:
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert len(r.stderr.strip().splitlines()) == 1 and "the command was not started" in r.stderr, r.stderr
+
+
+def test_a_folder_at_run_json_refuses_before_the_job_starts(tmp_path):
+    """--force keeps folders; a folder named run.json made record's first write raise (a traceback)."""
+    run_dir = tmp_path / "run"
+    (run_dir / "run.json").mkdir(parents=True)
+    job, marker = _marking_job(tmp_path)
+    r = dstrace("record", "-o", str(run_dir), "--force", "--", sys.executable, job)
+    _one_line_refusal(r)
+    assert not os.path.exists(marker) and (run_dir / "run.json").is_dir()
+
+
+@pytest.mark.parametrize("planted", ["fifo", "device"])
+def test_a_fifo_or_device_at_a_nodes_record_refuses_before_the_job_starts(tmp_path, planted):
+    """One node of a two-node torchrun run, shared folder, --force: a FIFO or a device where the node writes
+    its record (nodes/<node>.json) made the first write raise; nothing is written through it."""
+    if planted == "device" and os.geteuid() != 0:
+        pytest.skip("mknod of a character device needs root")
+    run_dir = tmp_path / "run"
+    (run_dir / "nodes").mkdir(parents=True)
+    job, marker = _marking_job(tmp_path)
+    command = [tool("torchrun"), "--nnodes", "2", "--node_rank", "0", "--nproc_per_node", "1",
+               "--master_addr", "127.0.0.1", "--master_port", "1", job]
+    target = run_dir / "nodes" / f"{_node_name()}.json"
+    if planted == "fifo":
+        os.mkfifo(target)
+    else:
+        os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a private /dev/null
+    r = dstrace("record", "--run-id", "planted", "--force", "-o", str(run_dir), "--", *command)
+    _one_line_refusal(r)
+    assert not os.path.exists(marker)
+    mode = os.lstat(target).st_mode
+    assert stat.S_ISFIFO(mode) if planted == "fifo" else stat.S_ISCHR(mode)
+
+
+def _node_name() -> str:
+    from dstrace.recording.multinode import node_role
+    return node_role([tool("torchrun"), "--nnodes", "2", "--node_rank", "0", "x.py"], {}).node
