@@ -1,5 +1,5 @@
-"""Where `record` writes its own run record: something planted at run.json's name is left alone and the job is
-not started (tests/recording/CASES.md)."""
+"""`record`'s own process: something planted at its run record's name is left alone and the job is not started;
+a user's sitecustomize runs once in each process, as without dstrace (tests/recording/CASES.md)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import dstrace, tool
+from tests.conftest import cpu_env, dstrace, free_port, tool
 
 
 def _marking_job(tmp_path) -> tuple[str, str]:
@@ -60,3 +60,24 @@ def test_a_fifo_or_device_at_a_nodes_record_refuses_before_the_job_starts(tmp_pa
 def _node_name() -> str:
     from dstrace.recording.multinode import node_role
     return node_role([tool("torchrun"), "--nnodes", "2", "--node_rank", "0", "x.py"], {}).node
+
+
+def test_a_users_sitecustomize_runs_once_in_each_process(tmp_path):
+    """Reported: the user's sitecustomize ran a second time in dstrace's own process. Each process (record,
+    torchrun, the rank) logs its pid once; record's own process is one of them."""
+    user_site = tmp_path / "usersite"
+    user_site.mkdir()
+    log = tmp_path / "ran"
+    (user_site / "sitecustomize.py").write_text(
+        f"import os, sys\nwith open({str(log)!r}, 'a') as f:\n    f.write('%d %s\\n' % (os.getpid(), sys.argv[0]))\n")
+    job = tmp_path / "job.py"
+    job.write_text("import torch\ntorch.nn.Linear(2, 2)(torch.ones(2))\n")
+    run_dir = str(tmp_path / "run")
+    r = dstrace("record", "-o", run_dir, "--", tool("torchrun"), "--nproc_per_node", "1", "--master_port",
+                str(free_port()), str(job), env=cpu_env(PYTHONPATH=os.pathsep.join(
+                    filter(None, [str(user_site), os.environ.get("PYTHONPATH")]))))
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    pids = [pid for pid, _ in runs]
+    assert len(pids) == len(set(pids)) == 3, runs
+    assert [os.path.basename(program) for _, program in runs] == ["dstrace", "torchrun", "job.py"], runs
