@@ -210,22 +210,19 @@ def _duplicate_keys(text: bytes) -> list[str]:
     return found
 
 
-EVENT_KEYS = tuple(f'"{key}":'.encode() for key in ("ph", "cat", "pid", "tid", "ts", "dur", "args"))
-"""An event's own keys, as Kineto writes them: a piece that holds more of one than it has events gives one
-twice somewhere (or has it among some event's args), and is then looked at key by key."""
-NAME_KEY, METADATA = b'"name":', (b'"ph": "M"', b'"ph":"M"')
+EVENT_KEYS = (b'"ts":', b'"dur":')
+"""The event keys every time in a report comes from, as Kineto writes them: a piece of the event array that
+holds more of one than it has events gives it twice somewhere (or has it among some event's args), and is
+then looked at key by key. Only these two are counted: each count costs ~5% of the decode."""
 ARRAY_AT = b'{"traceEvents": '
 """What the event array's last piece is put after, to decode it with the top-level keys that follow it."""
 
 
 def _event_keys_twice(text: bytes | bytearray, events: int, start: int = 0, end: int | None = None) -> list[str]:
     """The keys given twice in an object of `text[start:end]`, a piece of the event array with `events`
-    events (`_duplicate_keys`), looked for only where counting its events' own keys says one may be: a count
-    per key, no copy. Metadata events ("ph": "M") may hold a second "name" in their args."""
+    events (`_duplicate_keys`), looked for only where counting its `EVENT_KEYS` says one may be (no copy)."""
     end = len(text) if end is None else end
-    allowed_names = events + sum(text.count(m, start, end) for m in METADATA)
-    if text.count(NAME_KEY, start, end) <= allowed_names and \
-            all(text.count(key, start, end) <= events for key in EVENT_KEYS):
+    if all(text.count(key, start, end) <= events for key in EVENT_KEYS):
         return []
     return _duplicate_keys(text[start:end])
 
