@@ -202,12 +202,30 @@ def _duplicate_keys(text: bytes) -> list[str]:
 
     def pairs(items):
         keys = [k for k, _ in items]
-        found.extend(sorted({k for k in keys if keys.count(k) > 1}))
-        return dict(items)
+        if len(keys) != len(set(keys)):
+            found.extend(sorted({k for k in keys if keys.count(k) > 1}))
+        # None: only the keys are wanted, and no object is kept
 
     with contextlib.suppress(ValueError, RecursionError):
         json.loads(text, object_pairs_hook=pairs)
     return found
+
+
+EVENT_KEYS = (b'"ts":', b'"dur":')
+"""The event keys every time in a report comes from, as Kineto writes them: a piece of the event array that
+holds more of one than it has events gives it twice somewhere (or has it among some event's args), and is
+then looked at key by key. Only these two are counted: each count costs ~5% of the decode."""
+ARRAY_AT = b'{"traceEvents": '
+"""What the event array's last piece is put after, to decode it with the top-level keys that follow it."""
+
+
+def _event_keys_twice(text: bytes | bytearray, events: int, start: int = 0, end: int | None = None) -> list[str]:
+    """The keys given twice in an object of `text[start:end]`, a piece of the event array with `events`
+    events (`_duplicate_keys`), looked for only where counting its `EVENT_KEYS` says one may be (no copy)."""
+    end = len(text) if end is None else end
+    if all(text.count(key, start, end) <= events for key in EVENT_KEYS):
+        return []
+    return _duplicate_keys(text[start:end])
 
 
 def _objects(values) -> np.ndarray:
@@ -239,6 +257,7 @@ class _Builder:
         self.present = {c: False for c, _ in ALL_ARGS}
         self.ts_all_int = True
         self.duplicate_keys: list[str] | None = None
+        self.event_keys_twice: list[str] = []  # keys given twice inside the events (`_event_keys_twice`)
 
     def _code_of(self, column: str, value) -> int:
         """The value's code in the column's table: first seen, first coded."""
@@ -263,9 +282,11 @@ class _Builder:
         flags = self.wants_args.get(column)
         return coded, None if flags is None else np.array(flags, dtype=bool)[coded]
 
-    def add(self, events: list[Event], k: int = 0) -> None:
+    def add(self, events: list[Event], k: int = 0, keys_twice: list[str] = ()) -> None:
         """Add piece `k`, its complete events: one list comprehension per field, then numpy over the field's
-        values (the cheapest way through a list of Structs: ~40 ns per event and field)."""
+        values (the cheapest way through a list of Structs: ~40 ns per event and field). `keys_twice`: the
+        piece's keys given twice inside its events (`_event_keys_twice`)."""
+        self.event_keys_twice += keys_twice
         if not events:
             return
         ts = _objects([e.ts for e in events])
@@ -317,11 +338,13 @@ class _Builder:
 
     def share(self) -> tuple:
         """What another process's builder needs to take these pieces in (`absorb`): small next to the pieces."""
-        return self.pieces, {c: list(t) for c, t in self.index.items()}, self.present, self.ts_all_int
+        return (self.pieces, {c: list(t) for c, t in self.index.items()}, self.present, self.ts_all_int,
+                self.event_keys_twice)
 
     def absorb(self, shared: tuple) -> None:
         """Take in the pieces another process decoded (`share`), their codes recoded into these tables."""
-        pieces, tables, present, ts_all_int = shared
+        pieces, tables, present, ts_all_int, event_keys_twice = shared
+        self.event_keys_twice += event_keys_twice
         for c in CODED:
             recode = np.array([self._code_of(c, v) for v in tables[c]] or [0], dtype=np.int32)
             for piece in pieces:
@@ -354,7 +377,9 @@ class _Builder:
             has_dur=cat("has_dur", bool), codes={c: cat(c, np.int32) for c in CODED},
             tables={c: list(t) for c, t in self.index.items()},
             args={c: arg(c) for c, _ in ALL_ARGS},
-            present=dict(self.present), ts_all_int=self.ts_all_int, duplicate_keys=self.duplicate_keys)
+            present=dict(self.present), ts_all_int=self.ts_all_int,
+            duplicate_keys=None if self.duplicate_keys is None and not self.event_keys_twice
+            else (self.duplicate_keys or []) + self.event_keys_twice)
         self.pieces = []
         release_freed_memory()
         return columns
@@ -421,7 +446,7 @@ def _read_whole(path: str) -> tuple[dict, Columns]:
     events = _events(top["traceEvents"])
     if len(events) > MAX_EVENTS:
         raise _too_many(len(events))
-    b.add(events)
+    b.add(events, keys_twice=_event_keys_twice(text, len(events)))
     del events
     meta = _meta(top)
     del top, text
@@ -455,7 +480,9 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
                 if turn:
                     helpers[turn - 1].hand(k, view[opener:close + 1])
                 else:
-                    b.add(EVENTS.decode(view[opener:close + 1]), k)
+                    events_here = EVENTS.decode(view[opener:close + 1])
+                    b.add(events_here, k, _event_keys_twice(buf, len(events_here), opener, close + 1))
+                    del events_here
             buf[close] = ord("[")
             del buf[:close]
             opener = 0
@@ -464,14 +491,16 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
             raise _NotKineto
     try:
         head = ANY.decode(header + b"]}")
-        last = b'{"traceEvents": ' + buf[opener:]
+        last = ARRAY_AT + buf[opener:]
         tail = TOP.decode(last)
         if not isinstance(head, dict) or "traceEvents" not in tail:
             raise _NotKineto
-        b.add(EVENTS.decode(tail["traceEvents"]), k)
+        events_here = EVENTS.decode(tail["traceEvents"])
     except msgspec.DecodeError:
         raise _NotKineto from None
-    after = len(b'{"traceEvents": ') + len(tail["traceEvents"])  # what follows the array: the other top-level keys
+    after = len(ARRAY_AT) + len(tail["traceEvents"])  # what follows the array: the other top-level keys
+    b.add(events_here, k, _event_keys_twice(last, len(events_here), len(ARRAY_AT), after))
+    del events_here
     twice = _duplicate_keys(header + b"]}") + _duplicate_keys(b'{"traceEvents": null' + last[after:])
     keys = list(head) + [key for key in tail if key != "traceEvents"]
     twice += sorted({key for key in keys if keys.count(key) > 1 and key != "traceEvents"})
@@ -579,7 +608,9 @@ def _decode_handed(conn) -> tuple:
             if error is None:
                 try:
                     with memoryview(message) as view:
-                        b.add(EVENTS.decode(view[8:]), int.from_bytes(view[:8], "little"))
+                        events = EVENTS.decode(view[8:])
+                        b.add(events, int.from_bytes(view[:8], "little"), _event_keys_twice(message, len(events), 8))
+                        del events
                 except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
                     error = exc
     return (error, None) if error is not None else (None, b.share())

@@ -8,8 +8,10 @@ complete; dstrace exits with the command's own exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -228,8 +230,7 @@ def record(opts: RecordOptions) -> int:
     run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=opts.command,
                     cwd=os.getcwd(), started=time.time(), status="running")
     run_file = os.path.join(run_dir, RUN_FILE) if role is None else node_record_path(run_dir, role.node)
-    os.makedirs(os.path.dirname(run_file), exist_ok=True)
-    write_json_atomic(run_file, _record_json(run, role))
+    _write_first_record(run_file, _record_json(run, role))
     executable = shutil.which(opts.command[0])
     if executable is None:
         run.status, run.exit_code = "incomplete", 127
@@ -253,6 +254,17 @@ def record(opts: RecordOptions) -> int:
     return code
 
 
+def _write_first_record(run_file: str, payload: dict) -> None:
+    """The run record before the job starts: where it cannot be written (a folder, device or FIFO planted at
+    its name), the job is not started."""
+    try:
+        os.makedirs(os.path.dirname(run_file), exist_ok=True)
+        write_json_atomic(run_file, payload)
+    except OSError as e:
+        raise UserError(f"cannot write the run record {run_file}: {e.strerror or e}; the command was not "
+                        "started") from None
+
+
 def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:
     """run.json, or a node record: the same record with the node it covers."""
     out = to_json(run)
@@ -262,7 +274,7 @@ def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:
 
 
 def _run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run the command; pass SIGTERM/SIGHUP on, and let Ctrl-C reach it as it would without dstrace. A signal
+    """Run the command; pass SIGTERM/SIGHUP on, and a SIGINT that did not reach it (docs/recording.md). A signal
     ignored when `record` started (SIGHUP under nohup) stays ignored: the command inherits SIG_IGN, as it would
     have, and `record` passes on none."""
     try:
@@ -271,14 +283,19 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
         raise UserError(f"cannot start {command[0]!r}: {e.strerror}; check the command after '--'",
                         code=126) from None
     forwarded = {}
+    group_sigint = _GroupSigint.start()
 
     def forward(signum, frame):
         forwarded.setdefault("at", time.monotonic())
         child.send_signal(signum)
 
+    def on_sigint(signum, frame):
+        if not group_sigint.reached_the_job(child.pid):
+            child.send_signal(signum)
+
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)
                 if signal.getsignal(sig) is not signal.SIG_IGN}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *a: None)  # the terminal sends it to the child too
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_sigint)
     try:
         while True:
             try:
@@ -290,7 +307,68 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        group_sigint.stop()
     return 128 - code if code < 0 else code
+
+
+GROUP_SIGNAL_WAIT_S = 0.5
+"""How long `record` waits for its sentinel to say that a SIGINT was sent to the whole process group."""
+
+
+@dataclass
+class _GroupSigint:
+    """Tells a SIGINT sent to `record`'s whole process group (a terminal's Ctrl-C, `kill -INT -PGID`) from one
+    sent to `record` alone (`kill -INT PID`). siginfo cannot: `kill` and `killpg` both give SI_USER. A sentinel
+    process in the group, SIGINT blocked, takes each SIGINT it is sent with sigtimedwait and writes a byte: a
+    SIGINT that reached the sentinel reached the whole group, the job too when it shares the group."""
+    pid: int
+    reads: int
+
+    @classmethod
+    def start(cls) -> "_GroupSigint":
+        reads, writes = os.pipe()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _sentinel(writes)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        os.close(writes)
+        return cls(pid=pid, reads=reads)
+
+    def reached_the_job(self, job_pid: int) -> bool:
+        """Whether the SIGINT `record` just took reached the job already: it reached the sentinel, and the job
+        is in `record`'s process group. Bytes left by earlier signals are taken with it (tests/recording/CASES.md:
+        SIGINTs in quick succession)."""
+        try:
+            shares_the_group = os.getpgid(job_pid) == os.getpgrp()
+        except ProcessLookupError:
+            return True
+        reached_the_group = bool(select.select([self.reads], [], [], GROUP_SIGNAL_WAIT_S)[0])
+        if reached_the_group:
+            os.read(self.reads, 4096)
+        return reached_the_group and shares_the_group
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.reads)
+
+
+def _sentinel(writes: int) -> None:
+    """The sentinel's life: one byte per SIGINT; gone when `record` is (SIGTERM and SIGHUP are `record`'s to
+    handle: a group's would otherwise end the sentinel first)."""
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        parent = os.getppid()
+        while os.getppid() == parent:
+            if signal.sigtimedwait({signal.SIGINT}, 1.0) is not None:
+                os.write(writes, b"i")
+    finally:
+        os._exit(0)
 
 
 def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:

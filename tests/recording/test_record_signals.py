@@ -301,3 +301,39 @@ def test_a_running_recording_is_not_said_to_have_ended(tmp_path):
     assert "Traceback" not in r.stderr
     assert "the rank had not ended when its manifest was last written" in r.stderr, r.stderr
     assert "ended before" not in r.stderr
+
+
+def _sigint_job(tmp_path) -> str:
+    """Counts the SIGINTs it gets (its handler is in place before it prints 'ready'), until 2 s after the
+    first or 3 s in all: a second one would be counted too."""
+    return _job(tmp_path, textwrap.dedent("""
+        import signal, sys, time
+        got = []
+        signal.signal(signal.SIGINT, lambda *a: got.append(time.time()))
+        print("ready", flush=True)
+        deadline = time.time() + 3
+        while time.time() < (got[0] + 2 if got else deadline):
+            time.sleep(0.05)
+        print("interrupts", len(got), flush=True)
+        sys.exit(130 if got else 0)
+        """))
+
+
+def test_sigint_to_the_record_pid_alone_reaches_the_job_once(tmp_path):
+    """`kill -INT <record pid>` was ignored (record left Ctrl-C to the terminal); now the job gets it, once."""
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, _sigint_job(tmp_path), start_new_session=True)
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert out.split() == ["interrupts", "1"] and proc.returncode == 130, (out, err[-3000:])
+
+
+def test_sigint_to_the_whole_group_reaches_the_job_once(tmp_path):
+    """A terminal's Ctrl-C (the whole group) is not passed on a second time."""
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, _sigint_job(tmp_path), start_new_session=True)
+    assert proc.stdout.readline().strip() == "ready"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert out.split() == ["interrupts", "1"] and proc.returncode == 130, (out, err[-3000:])
