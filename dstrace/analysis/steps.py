@@ -113,13 +113,16 @@ def decode_steps(steps: pd.DataFrame, source: str | None) -> pd.DataFrame:
 
 
 def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -> tuple[pd.Series, str | None]:
-    """Bytes gathered per (rank, step): dstrace zero3.allgather ranges, else AllGather collectives' bytes."""
+    """Bytes gathered per (rank, step): dstrace zero3.allgather ranges, else AllGather collectives' bytes
+    (only when every one has its size)."""
     rows = [(rank, ts, int(n)) for rank, t in sorted(run.traces.items())
             for ts, n in zip(t.reduced.gathers["ts"], t.reduced.gathers["bytes"])]
     source = "dstrace/zero3.allgather ranges"
     if not rows and not coll.empty:
         ag = coll[coll["kind"] == "AllGather"]
-        rows = list(zip(ag["rank"], ag["host_ts"], ag["bytes"]))
+        sized = pd.to_numeric(ag["bytes"], errors="coerce").fillna(0) > 0
+        # a per-step sum with sizes missing (older NCCL writes none) would be a made-up figure: none then
+        rows = list(zip(ag["rank"], ag["host_ts"], ag["bytes"])) if sized.all() else []
         source = "AllGather collectives"
     if not rows or steps.empty:
         return pd.Series(dtype=float), None
