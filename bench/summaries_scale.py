@@ -1,44 +1,133 @@
-"""How long `dstrace analyze` takes on a run of many ranks read from their summaries (issue #8: 256 ranks
-in under a minute). The run is the one tests/multinode/test_scale.py checks for correctness: 256 ranks on
-32 hosts, 360 collectives each, clocks off by a known offset per host, one late rank.
+"""How long `dstrace analyze` takes, and how much memory it holds, on a run of many ranks read from their
+summaries (issue #8: 256 ranks in under a minute; issue #29: 1,024 ranks under 8 s, 10,000 under 60 s,
+under 2 GB). The run is the one tests/multinode/test_scale.py checks for correctness
+(`dstrace.testing.scale_run`): ranks on hosts of 8, 360 collectives each, clocks off by a known offset per
+host, one late rank.
 
-    python bench/summaries_scale.py --world 256 --repeats 3
+    python bench/summaries_scale.py --world 1024 --repeats 3
+    python bench/summaries_scale.py --world 256 --against /tmp/old-checkout   # old vs new, alternating
+    python bench/summaries_scale.py --world 10000 --repeats 1 --record analysis/bench-scale.json
+
+Each analysis is a fresh `python -m dstrace.cli analyze` (kept report removed first); its wall time, CPU
+time (user + system) and peak resident memory come from the child's own rusage (`os.wait4`). On a shared
+machine the wall time includes waiting for a core: compare by the CPU time, or old against new run in
+the same minutes (`--against`), whose reports must also be identical.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+sys.path.insert(0, REPO)  # the checkout's dstrace, as every bench/ script
+
+
+def write_run(folder: str, world: int, workers: int) -> float:
+    """The synthetic run, written by `workers` processes; seconds taken."""
+    from dstrace.testing.scale_run import write_run as write
+
+    t0 = time.perf_counter()
+    late = min(77, world - 1)
+    with ProcessPoolExecutor(workers) as pool:
+        for done in [pool.submit(write, folder, world=world, late_rank=late, ranks=range(i, world, workers))
+                     for i in range(workers)]:
+            done.result()
+    return time.perf_counter() - t0
+
+
+def analyze(folder: str, repo: str, report: str) -> dict:
+    """One `dstrace analyze` of `folder` with the dstrace of checkout `repo`: wall s, CPU s, peak RSS MiB."""
+    for kept in os.listdir(folder):
+        if kept.startswith(".dstrace-report."):
+            os.unlink(os.path.join(folder, kept))  # time the analysis, not the kept report
+    env = dict(os.environ, PYTHONPATH=repo, OMP_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", report],
+                            cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"analyze with {repo} failed ({proc.returncode}): {stderr.decode()[-2000:]}")
+    rss_mib = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20
+    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mib": round(rss_mib)}
+
+
+def same_reports(a: str, b: str) -> str | None:
+    """None when the two JSON reports are identical, else the first top-level key that differs."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        if fa.read() == fb.read():
+            return None
+    ja, jb = json.load(open(a)), json.load(open(b))
+    return next((k for k in sorted(set(ja) | set(jb)) if ja.get(k) != jb.get(k)), "(formatting)")
+
+
+def summary(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "peak_rss_mib")} | {
+        "runs": runs}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--against", metavar="CHECKOUT",
+                    help="another dstrace checkout (e.g. a git worktree of the previous commit): each repeat "
+                         "runs it and this one in turn, and their JSON reports must be identical")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes writing the run")
+    ap.add_argument("--record", metavar="FILE", help="add this measurement to a JSON list in FILE")
+    ap.add_argument("--keep", metavar="DIR", help="write the run to DIR and keep it (default: a temporary folder)")
     args = ap.parse_args()
-    from tests.multinode import synthetic
 
-    folder = tempfile.mkdtemp(prefix="dstrace-scale-")
-    synthetic.write_run(folder, world=args.world, late_rank=min(77, args.world - 1))
-    walls = []
-    report = os.path.join(tempfile.mkdtemp(prefix="dstrace-scale-report-"), "report.json")  # a file, never a device
-    for _ in range(args.repeats):
-        for kept in os.listdir(folder):
-            if kept.startswith(".dstrace-report."):
-                os.unlink(os.path.join(folder, kept))  # time the analysis, not the kept report
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", report],
-                       check=True, capture_output=True, cwd=REPO)
-        walls.append(time.perf_counter() - t0)
-    print(f"{args.world} ranks from summaries: median {statistics.median(walls):.2f} s "
-          f"(min {min(walls):.2f}, max {max(walls):.2f}, {args.repeats} runs)")
+    folder = args.keep or tempfile.mkdtemp(prefix="dstrace-scale-")
+    os.makedirs(folder, exist_ok=True)
+    reports = tempfile.mkdtemp(prefix="dstrace-scale-reports-")
+    try:
+        wrote = write_run(folder, args.world, args.workers)
+        print(f"{args.world} ranks written in {wrote:.1f} s")
+        checkouts = {"new": REPO} | ({"old": os.path.abspath(args.against)} if args.against else {})
+        runs: dict[str, list[dict]] = {name: [] for name in checkouts}
+        for i in range(args.repeats):
+            for name, repo in (checkouts.items() if i % 2 == 0 else reversed(checkouts.items())):
+                runs[name].append(analyze(folder, repo, os.path.join(reports, f"{name}.json")))
+                print(f"  {name}: {runs[name][-1]}")
+        result = {"world": args.world, "collectives_per_rank": 360, "host": platform.node(),
+                  "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 1),
+                  "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "command": "python bench/summaries_scale.py " + " ".join(sys.argv[1:]),
+                  "write_s": round(wrote, 1)} | {name: summary(r) for name, r in runs.items()}
+        if args.against:
+            differs = same_reports(os.path.join(reports, "new.json"), os.path.join(reports, "old.json"))
+            result["reports_identical"] = differs is None
+            result["ratio_cpu_old_over_new"] = round(result["old"]["cpu_s"] / result["new"]["cpu_s"], 2)
+            result["ratio_wall_old_over_new"] = round(result["old"]["wall_s"] / result["new"]["wall_s"], 2)
+            print("reports identical" if differs is None else f"REPORTS DIFFER at {differs!r}")
+        for name in runs:
+            s = result[name]
+            print(f"{args.world} ranks from summaries, {name}: median wall {s['wall_s']:.2f} s, CPU {s['cpu_s']:.2f} s, "
+                  f"peak {s['peak_rss_mib']:.0f} MiB ({args.repeats} runs)")
+        if args.record:
+            kept = json.load(open(args.record)) if os.path.exists(args.record) else []
+            with open(args.record, "w") as f:
+                json.dump(kept + [result], f, indent=1)
+                f.write("\n")
+        if args.against and not result["reports_identical"]:
+            sys.exit(1)
+    finally:
+        shutil.rmtree(reports, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,7 @@ H200 reference runs the residual is 6-8 us against calls of 70 us and more (unde
 pipeline pair, matched kernel by kernel without peers, left 21 ms against calls of 30-60 ms."""
 
 
-def _by_rank(coll: pd.DataFrame, column: str = "end") -> dict[int, pd.Series]:
-    """Each rank's `column` (collective ends by default) indexed by instance (the first, should a rank hold
-    an instance twice)."""
-    rows = coll.drop_duplicates(["instance", "rank"])
-    return {int(r): g.set_index("instance")[column] for r, g in rows.groupby("rank")}
-
-
-def _end_differences(coll: pd.DataFrame, ends: dict[int, pd.Series], a: int) -> pd.DataFrame:
+def _end_differences(coll: pd.DataFrame, a: int) -> pd.DataFrame:
     """Offset of every rank b sharing a collective with rank a (b's clock - a's), and how many they share.
 
     Only the instances rank a took part in are read, so the cost follows a's collectives, not ranks squared.
@@ -37,10 +30,10 @@ def _end_differences(coll: pd.DataFrame, ends: dict[int, pd.Series], a: int) -> 
     each finishes after its own share of host work, which differs by rank; there the middle of the bounds
     is the estimate, and the end median only when the bounds contradict each other.
     """
-    mine = ends.get(a)
-    if mine is None or mine.empty:
-        return pd.DataFrame(columns=["diff", "n"])
     own = coll[coll["rank"] == a].drop_duplicates("instance").set_index("instance")
+    if own.empty:
+        return pd.DataFrame(columns=["diff", "n"])
+    mine = own["end"]  # the first of its calls should it hold an instance twice
     rows = coll[coll["instance"].isin(mine.index)].drop_duplicates(["instance", "rank"])
     rows = rows[rows["rank"] != a]
     at = rows["instance"]
@@ -73,13 +66,12 @@ def estimate_clock_offsets(coll: pd.DataFrame, hosts: dict[int, str | None],
     if not ranks:
         return {}
     ref = ranks[0]
-    ends = _by_rank(coll) if not coll.empty else {}
     offsets: dict[int, ClockOffset] = {ref: ClockOffset(0.0, False, 0.0, 0, None)}
     estimate = {ref: 0.0}
     queue = deque([ref])
     while queue and len(estimate) < len(ranks):
         a = queue.popleft()
-        for b, row in _end_differences(coll, ends, a).iterrows():
+        for b, row in _end_differences(coll, a).iterrows():
             b = int(b)
             if b in estimate:
                 continue
@@ -102,16 +94,31 @@ def apply_offsets(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> pd.Dat
         coll[col] = coll[col] - shift
     if coll.empty:
         return coll
-    ends, durs = _by_rank(coll), _by_rank(coll, "dur")
+    residual, calls, present = _residuals(coll, offsets)
     for r, o in offsets.items():
-        if o.via is None or r not in ends or o.via not in ends:
+        if o.via is None or r not in present or o.via not in present:
             continue
-        d = (ends[r] - ends[o.via]).dropna()
-        # the via-rank may itself be shifted; the residual is measured on corrected clocks of both
-        o.residual_us = float(d.abs().median()) if len(d) else None
-        calls = pd.concat([durs[r], durs[o.via]], axis=1, join="inner").max(axis=1)
-        o.call_median_us = float(calls.median()) if len(calls) else None
+        o.residual_us = residual.get(r)
+        o.call_median_us = calls.get(r)
     return coll
+
+
+def _residuals(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> tuple[dict, dict, set]:
+    """Per rank with a via-rank, over the instances both hold (each rank's first call of an instance), on the
+    corrected clocks of both: the median |end difference| and the median of the longer duration; and the
+    ranks that hold any call. One merge over all ranks, not a pass per rank."""
+    rows = coll.drop_duplicates(["instance", "rank"])[["instance", "rank", "end", "dur"]]
+    via = {r: o.via for r, o in offsets.items() if o.via is not None}
+    mine = rows[rows["rank"].isin(via)]
+    mine = mine.assign(via=mine["rank"].map(via).astype(rows["rank"].dtype))
+    theirs = rows.rename(columns={"rank": "via", "end": "via_end", "dur": "via_dur"})
+    pairs = mine.merge(theirs, on=["instance", "via"], how="inner")
+    diff = (pairs["end"] - pairs["via_end"]).abs()
+    residual = diff.groupby(pairs["rank"]).median()[diff.groupby(pairs["rank"]).count() > 0]
+    longer = pd.Series(np.fmax(pairs["dur"].to_numpy(), pairs["via_dur"].to_numpy()), index=pairs.index)
+    calls = longer.groupby(pairs["rank"]).median()
+    return ({int(r): float(v) for r, v in residual.items()}, {int(r): float(v) for r, v in calls.items()},
+            set(rows["rank"].tolist()))
 
 
 def doubtful_clocks(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> dict[int, ClockOffset]:

@@ -17,8 +17,8 @@ from dstrace.analysis import intervals
 from dstrace.analysis.model import ClockOffset, CollectiveStats, LoadedRun
 from dstrace.rankset import ranks_text
 from dstrace.trace_names import (
-    C10D_OP, C10D_RANGE, GLOO_OP, LAUNCH_CATEGORIES, P2P_KINDS, UNNAMED_NCCL, collective_kernel_kind,
-    dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
+    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, NCCL_HOST_RANGE, P2P_KINDS, UNNAMED_NCCL,
+    collective_kernel_kind, dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
 )
 
 
@@ -61,7 +61,7 @@ def _launches(events: pd.DataFrame) -> pd.DataFrame:
 def _range_kind(name: str) -> str | None:
     """The group collective a c10d range names (`nccl:all_to_all` -> AllToAll, `nccl:_all_gather_base` ->
     AllGather); None for point-to-point ranges (`nccl:send`) and anything else."""
-    if not C10D_RANGE.match(name):
+    if not NCCL_HOST_RANGE.match(name):
         return None
     kind = kind_of(name.split(":", 1)[1])
     return kind if kind not in P2P_KINDS else None
@@ -167,6 +167,21 @@ def cpu_collectives(events: pd.DataFrame, world_size: int) -> pd.DataFrame:
     return chosen
 
 
+def nccl_host_calls(events: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Per kind, the NCCL calls a rank's host enqueued (c10d's `nccl:*` ranges): count and bytes (from the
+    range's `Input Dims` and `Input type`; 0 where it has none). On a trace without GPU activity these are all
+    there is of the job's NCCL communication: the transfers ran on the GPU, outside the trace."""
+    ranges = _text_names(events[~events["is_gpu"] & events["name"].str.match(NCCL_HOST_RANGE.pattern)])
+    if ranges.empty:
+        return {}
+    ranges["kind"] = ranges["name"].str.replace("nccl:", "", regex=False).map(kind_of)
+    ranges = ranges[ranges["kind"].notna()]
+    elements = ranges["input_dims"].map(lambda d: numel(d[0]) if isinstance(d, list) and d else None)
+    size = ranges["input_type"].map(lambda t: dtype_bytes(t[0]) if isinstance(t, list) and t else None)
+    ranges["bytes"] = (pd.to_numeric(elements, errors="coerce") * pd.to_numeric(size, errors="coerce")).fillna(0)
+    return {str(kind): {"count": int(len(g)), "bytes": int(g["bytes"].sum())} for kind, g in ranges.groupby("kind")}
+
+
 RANK_COLUMNS = ["kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "group_size", "pg_name",
                 "pg_ranks", "source", "p2p_role", "p2p_peer"]
 COLUMNS = ["rank", "kind", "name", "ts", "dur", "end", "host_ts", "in_bytes", "out_bytes", "bytes",
@@ -198,21 +213,36 @@ def _group_ranks(value) -> tuple[int, ...] | None:
     return _ranks_text(value) if isinstance(value, str) else parse_ranks(value)
 
 
+def _per_value(column: pd.Series, fn) -> np.ndarray:
+    """fn of each value, called once per distinct object: a run has a few groups and millions of calls
+    naming them, each rank's calls sharing its decoded texts (`cache`), so objects are told apart by
+    identity rather than by hashing a long "[0, 1, ...]" per call. fn must be pure."""
+    values = column.to_numpy(dtype=object)
+    codes, ids = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))
+    first = np.empty(len(ids), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(values) - 1, -1, -1)
+    lookup = np.empty(len(ids), dtype=object)
+    lookup[:] = [fn(values[i]) for i in first]
+    return lookup[codes]
+
+
 def collective_events(run: LoadedRun) -> pd.DataFrame:
     """All ranks' collectives, one row each: rank, kind, ts, dur, end, host_ts, bytes, group, group_ranks."""
-    frames = [t.reduced.collectives.assign(rank=rank) for rank, t in sorted(run.traces.items())
-              if len(t.reduced.collectives) and t.has_gpu == (run.device == "gpu")]
-    if not frames:
+    kept = [(rank, t.reduced.collectives) for rank, t in sorted(run.traces.items())
+            if len(t.reduced.collectives) and t.has_gpu == (run.device == "gpu")]
+    if not kept:
         return pd.DataFrame(columns=COLUMNS)
-    df = pd.concat(frames, ignore_index=True)
-    df["bytes"] = [message_size(i, o) for i, o in zip(df["in_bytes"].fillna(0), df["out_bytes"].fillna(0))]
-    df["bytes"] = df["bytes"].fillna(0).astype("int64")
-    ranks = df["pg_ranks"].map(_group_ranks)
+    df = pd.concat([f for _, f in kept], ignore_index=True)
+    df["rank"] = np.repeat([r for r, _ in kept], [len(f) for _, f in kept])
+    sizes = np.maximum(df["in_bytes"].fillna(0).to_numpy(), df["out_bytes"].fillna(0).to_numpy())  # message_size
+    df["bytes"] = pd.Series(sizes, index=df.index).fillna(0).astype("int64")
     everyone = tuple(range(run.world_size))
-    df["group_ranks"] = [r if r else everyone for r in ranks]
-    df["group"] = [str(g) if isinstance(g, str) and g else "world" for g in df["pg_name"]]
+    df["group_ranks"] = _per_value(df["pg_ranks"], lambda v: _group_ranks(v) or everyone)
+    df["group"] = _per_value(df["pg_name"], lambda g: str(g) if isinstance(g, str) and g else "world")
     df["group_size"] = pd.to_numeric(df["group_size"], errors="coerce")
-    df["group_size"] = df["group_size"].fillna(df["group_ranks"].map(len)).astype("int64")
+    if df["group_size"].isna().any():
+        df["group_size"] = df["group_size"].fillna(df["group_ranks"].map(len))
+    df["group_size"] = df["group_size"].astype("int64")
     df["p2p_peer"] = pd.to_numeric(df["p2p_peer"], errors="coerce")
     df["p2p_role"] = df["p2p_role"].where(df["p2p_role"].isin(("send", "recv")), None)
     return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)[COLUMNS]
@@ -262,6 +292,18 @@ def _overlap_union_us(rows: pd.DataFrame) -> float | None:
     return intervals.total(intervals.merge(rows["ts"], rows["end"]))
 
 
+def _overlapping(coll: pd.DataFrame) -> list[tuple]:
+    """The (rank, kind) pairs some of whose calls overlap in time: a call starting before an earlier one of
+    the pair has ended. One sort over all ranks; only these pairs need `_overlap_union_us`."""
+    if coll.empty:
+        return []
+    ordered = coll[["rank", "kind", "ts", "end"]].sort_values(["rank", "kind", "ts"], kind="stable")
+    reach = ordered.groupby(["rank", "kind"], sort=False)["end"].cummax()
+    earlier = reach.groupby([ordered["rank"], ordered["kind"]], sort=False).shift()
+    hit = ordered.loc[ordered["ts"] < earlier, ["rank", "kind"]].drop_duplicates()
+    return sorted(hit.itertuples(index=False, name=None))
+
+
 def collective_stats(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None
                      ) -> dict[int, dict[str, CollectiveStats]]:
     """Per rank and kind, over the calls in the rank's analysed window (`in_windows`): count, bytes, time,
@@ -279,14 +321,14 @@ def collective_stats(coll: pd.DataFrame, windows: dict[int, tuple[float, float]]
         count=("dur", "size"), bytes=("bytes", "sum"), kernel_us=("dur", "sum"),
         wait_us=("wait_us", "sum"), transfer_us=("transfer_us", "sum"), unsplit_us=("unsplit_us", "sum"),
         split_count=("split", "sum"), split_bytes=("split_bytes", "sum"), group_size=("group_size", "max"))
-    for key, rows in coll.groupby(["rank", "kind"]):
-        union = _overlap_union_us(rows)
-        if union is not None:
-            grouped.loc[key, "kernel_us"] = union
-            unsplit = _overlap_union_us(rows[~rows["split"].astype(bool)])
-            if unsplit is not None:
-                grouped.loc[key, "unsplit_us"] = unsplit
-    for (rank, kind), row in grouped.iterrows():
+    for rank, kind in _overlapping(coll):
+        rows = coll[(coll["rank"] == rank) & (coll["kind"] == kind)]
+        grouped.loc[(rank, kind), "kernel_us"] = _overlap_union_us(rows)
+        unsplit = _overlap_union_us(rows[~rows["split"].astype(bool)])
+        if unsplit is not None:
+            grouped.loc[(rank, kind), "unsplit_us"] = unsplit
+    # iterrows' rows are float64 (all columns numeric): the sizes below are divided as floats, as they were
+    for (rank, kind), row in zip(grouped.index, grouped.astype("float64").to_dict("records")):
         kernel_us = float(row["kernel_us"])
         algbw = row["bytes"] / kernel_us / 1e3 if kernel_us > 0 else 0.0
         factor = busbw_factor(kind, int(row["group_size"]))
@@ -315,10 +357,11 @@ def window_notes(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | N
         notes.append(f"{len(outside)} collective call(s) on {ranks_text(set(outside))} start outside the analysed "
                      "span and are left out of the Collectives table")
     overlapping = []
-    for (rank, kind), rows in kept.groupby(["rank", "kind"]):
+    for rank, kind in _overlapping(kept):
+        rows = kept[(kept["rank"] == rank) & (kept["kind"] == kind)]
         union = _overlap_union_us(rows)
         summed = float(rows["dur"].sum())
-        if union is not None and summed > union * 1.01:
+        if summed > union * 1.01:
             overlapping.append(f"{kind} on rank {int(rank)}: {union / 1e3:.1f} ms, {summed / 1e3:.1f} ms summed")
     if overlapping:
         notes.append("collective calls that overlap in time (on several threads or streams) count once in the "

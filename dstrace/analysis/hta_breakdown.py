@@ -31,9 +31,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from dstrace.analysis import intervals
 from dstrace.analysis.model import LoadedRun
 from dstrace.analysis.tracefile import Columns
-from dstrace.trace_names import GPU_CATEGORIES, LAUNCH_CATEGORIES
+from dstrace.trace_names import GPU_CATEGORIES, LAUNCH_CATEGORIES, comm_library
 
 IDLE_CONSECUTIVE_KERNEL_DELAY_NS = 30
 """HTA's default: gaps under 30 ns between kernels are launch overhead ("kernel wait"), not host wait."""
@@ -248,12 +249,40 @@ def _temporal(t, analyzers) -> dict:
     if not len(temporal):
         return {}
     row = temporal.iloc[0]
-    return {"temporal": {
+    out = {
         "idle_us": float(row["idle_time(us)"]), "compute_us": float(row["compute_time(us)"]),
         "non_compute_us": float(row["non_compute_time(us)"]), "span_us": float(row["kernel_time(us)"]),
         "idle_pct": float(row["idle_time_pctg"]), "compute_pct": float(row["compute_time_pctg"]),
         "non_compute_pct": float(row["non_compute_time_pctg"]),
-    }}
+    }
+    typed = communication_in_compute(t)
+    if typed:
+        out["communication_in_compute_us"] = typed
+    return {"temporal": out}
+
+
+def communication_in_compute(t) -> dict[str, float]:
+    """Per library, the time of the communication kernels (`trace_names.comm_library`: DeepEP, custom
+    all-reduce, MSCCL++, NVSHMEM) that HTA types COMPUTATION, on HTA's own frame and clock: the part of HTA's
+    compute time that dstrace counts as communication. HTA knows only `nccl*Kernel` names as communication."""
+    from hta.utils.utils import get_kernel_type
+
+    df = t.traces[0]
+    kernels = df[df["stream"].ne(-1)]
+    if kernels.empty:
+        return {}
+    names = t.symbol_table.get_sym_table()
+    libraries = {}
+    for code in pd.unique(kernels["name"]):
+        name = names[int(code)]
+        library = comm_library(name)
+        if library is not None and get_kernel_type(name) == "COMPUTATION":
+            libraries[code] = library
+    if not libraries:
+        return {}
+    of = kernels["name"].map(libraries)
+    return {str(lib): intervals.total(intervals.merge(g["ts"], g["ts"] + g["dur"]))  # HTA shifts ts, not end
+            for lib, g in kernels[of.notna()].groupby(of)}
 
 
 def _kernels(t, analyzers) -> dict:
@@ -263,8 +292,18 @@ def _kernels(t, analyzers) -> dict:
         return {}
     top = per_kernel.sort_values("sum (us)", ascending=False).head(8)
     return {"kernel_types_us": {k: float(v) for k, v in per_kernel.groupby("kernel_type")["sum (us)"].sum().items()},
-            "top_kernels": [{"name": str(n), "kernel_type": str(k), "total_us": float(s)}
+            "top_kernels": [_top_kernel(str(n), str(k), float(s))
                             for n, k, s in zip(top["name"], top["kernel_type"], top["sum (us)"])]}
+
+
+def _top_kernel(name: str, kernel_type: str, total_us: float) -> dict:
+    """One of HTA's top kernels; `communication_library` names the library whose communication kernel HTA
+    typed as something else (a DeepEP dispatch as COMPUTATION)."""
+    out = {"name": name, "kernel_type": kernel_type, "total_us": total_us}
+    library = comm_library(name)
+    if library is not None and kernel_type != "COMMUNICATION":
+        out["communication_library"] = library
+    return out
 
 
 def _overlap(t, analyzers) -> dict:

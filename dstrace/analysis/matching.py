@@ -25,25 +25,54 @@ GIVEN = "given"
 
 
 def assign_steps(coll: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
-    """The step (dstrace/step#n) whose host range holds each collective's launch, -1 when none."""
+    """The step (dstrace/step#n) whose host range holds each collective's launch, -1 when none: the last step
+    of the same rank starting at or before it, kept when the launch is before that step's end (one
+    `merge_asof` over all ranks)."""
     out = pd.Series(-1, index=coll.index, dtype="int64")
     if steps is None or steps.empty or coll.empty:
         return out
-    for rank, st in steps.groupby("rank"):
-        mask = coll["rank"] == rank
-        st = st.sort_values("ts")
-        host = coll.loc[mask, "host_ts"].to_numpy()
-        idx = np.searchsorted(st["ts"].to_numpy(), host, side="right") - 1
-        ok = (idx >= 0) & (host < st["end"].to_numpy()[np.clip(idx, 0, None)])
-        out.loc[mask] = np.where(ok, st["step"].to_numpy()[np.clip(idx, 0, None)], -1)
+    launches = coll.loc[coll["host_ts"].notna(), ["rank", "host_ts"]]
+    launches = launches.assign(rank=launches["rank"].astype("int64"), row=launches.index).sort_values(
+        "host_ts", kind="stable")
+    ranges = steps[["rank", "ts", "end", "step"]].astype({"rank": "int64", "ts": "float64"}).sort_values(
+        ["ts"], kind="stable")
+    found = pd.merge_asof(launches, ranges, left_on="host_ts", right_on="ts", by="rank", direction="backward")
+    inside = found["host_ts"] < found["end"]
+    out.loc[found.loc[inside, "row"].to_numpy()] = found.loc[inside, "step"].to_numpy().astype("int64")
     return out
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
+    """`pd.factorize` of a column without gaps whose rows share a few value objects (each rank's decoded
+    texts): by identity first, then by value over the distinct objects. pandas hashes each row's text anew,
+    seconds at millions of calls."""
+    values = column.to_numpy(dtype=object)
+    by_id, ids = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))
+    first = np.empty(len(ids), dtype=np.int64)
+    first[by_id[::-1]] = np.arange(len(values) - 1, -1, -1)
+    index: dict = {}
+    remap = np.array([index.setdefault(values[i], len(index)) for i in first], dtype=np.int64)
+    return remap[by_id], list(index)
+
+
+def _group_kind_keys(coll: pd.DataFrame) -> pd.Series:
+    """"<group>\x1f<kind>" per call as text, one object per distinct pair."""
+    group, kind = coll["group"].astype(str), coll["kind"].astype(str)
+    if group.isna().any() or kind.isna().any():
+        return group + "\x1f" + kind
+    g, groups = _codes(group)
+    k, kinds = _codes(kind)
+    pairs, inverse = np.unique(g * max(len(kinds), 1) + k, return_inverse=True)
+    lookup = np.array([f"{groups[p // max(len(kinds), 1)]}\x1f{kinds[p % max(len(kinds), 1)]}" for p in pairs],
+                      dtype=object)
+    return pd.Series(pd.array(lookup[inverse.reshape(-1)], dtype="str"), index=coll.index)
 
 
 def _match_keys(coll: pd.DataFrame, present: set[int]) -> tuple[pd.Series, pd.Series, pd.Series]:
     """(key, members expected, withheld) per call. Group collectives are keyed by group and kind; a
     point-to-point call by its direction (sender -> receiver) when the trace names the peer and the peer
     has a trace, else by itself alone (it matches nothing), as is an NCCL kernel that names no kind."""
-    key = coll["group"].astype(str) + "\x1f" + coll["kind"].astype(str)
+    key = _group_kind_keys(coll)
     withheld = pd.Series(None, index=coll.index, dtype=object)
     p2p = coll["kind"].isin(P2P_KINDS)
     if p2p.any():

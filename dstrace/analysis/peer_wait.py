@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis.clocks import doubtful_clocks
+from dstrace.analysis.collectives import in_windows
 from dstrace.analysis.matching import (
     CLOCK, GIVEN, GROUP_ABSENT, KIND_UNNAMED, PEER_ABSENT, PEER_UNNAMED, UNMATCHED, absent_members,
 )
@@ -68,38 +69,56 @@ def split_wait(coll: pd.DataFrame) -> pd.DataFrame:
     return coll
 
 
-def wait_summary(coll: pd.DataFrame) -> dict[int, dict]:
-    """Per rank: wait, comm time (and the part of it whose split is withheld), who it waited for, and how
-    often it was the one the others waited on."""
-    out: dict[int, dict] = defaultdict(lambda: {"wait_us": 0.0, "comm_us": 0.0, "unsplit_us": 0.0, "waited_for": {},
-                                                "late_count": 0, "caused_wait_us": 0.0})
+def wait_summary(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None) -> dict[int, dict]:
+    """Per rank, over the calls the Collectives table counts (those in the rank's analysed window,
+    `collectives.in_windows`, cut at its end): wait, comm time summed per call (and the part of it whose split
+    is withheld), who it waited for, and how often it was the one the others waited on. Grouped over all
+    ranks at once."""
+    coll = in_windows(coll, windows)
     if coll.empty:
         return {}
-    for rank, g in coll.groupby("rank"):
-        s = out[int(rank)]
-        s["wait_us"] = float(g["wait_us"].sum())
-        s["comm_us"] = float(g["dur"].sum())
-        s["unsplit_us"] = float(g.loc[~g["split"].astype(bool), "dur"].sum())
-        waited = g[g["waited_for"] >= 0].groupby("waited_for")["wait_us"].sum()
-        s["waited_for"] = {int(p): float(w) for p, w in waited.items() if w > 0}
-    caused = coll[coll["waited_for"] >= 0].groupby("waited_for").agg(
-        n=("instance", "nunique"), wait=("wait_us", "sum"))
-    for rank, row in caused.iterrows():
-        out[int(rank)]["late_count"] = int(row["n"])
-        out[int(rank)]["caused_wait_us"] = float(row["wait"])
-    return dict(out)
+    unsplit = ~coll["split"].astype(bool)
+    wait, comm = rank_sums(coll["rank"], coll["wait_us"]), rank_sums(coll["rank"], coll["dur"])
+    withheld = rank_sums(coll.loc[unsplit, "rank"], coll.loc[unsplit, "dur"])
+    late = coll[coll["waited_for"] >= 0]
+    waited = late.groupby(["rank", "waited_for"])["wait_us"].sum()
+    waited_for: dict[int, dict[int, float]] = defaultdict(dict)
+    for (rank, peer), w in waited[waited > 0].items():
+        waited_for[int(rank)][int(peer)] = float(w)
+    caused = late.groupby("waited_for").agg(n=("instance", "nunique"), wait=("wait_us", "sum"))
+    out = {int(rank): {"wait_us": float(wait[rank]), "comm_us": float(comm[rank]),
+                       "unsplit_us": float(withheld.get(rank, 0.0)), "waited_for": waited_for.get(int(rank), {}),
+                       "late_count": 0, "caused_wait_us": 0.0} for rank in comm}
+    for rank, n, w in caused.itertuples(name=None):
+        out[int(rank)]["late_count"] = int(n)
+        out[int(rank)]["caused_wait_us"] = float(w)
+    return out
 
 
-def withheld_warnings(coll: pd.DataFrame, offsets: dict[int, ClockOffset], present,
-                      given: str | None = None) -> list[str]:
-    """One line per reason the split is withheld: how many calls of which kinds on which ranks, and why.
-    Unmatched calls are left to the count warning of `match_collectives`."""
+def rank_sums(ranks: pd.Series, values: pd.Series) -> dict:
+    """Each rank's sum of `values` (gaps as 0), to the bit what `Series.sum` gives on the rank's rows in their
+    order (numpy's pairwise sum; pandas' grouped sum adds in another order): one sort, a numpy sum per slice."""
+    keys = ranks.to_numpy()
+    order = np.argsort(keys, kind="stable")
+    vals = values.to_numpy(dtype="float64")[order]
+    keys, vals = keys[order], np.where(np.isnan(vals), 0.0, vals)
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.array([], dtype=int)
+    stops = np.r_[starts[1:], len(keys)]
+    return {int(keys[a]): vals[a:b].sum() for a, b in zip(starts, stops)}
+
+
+def withheld_warnings(coll: pd.DataFrame, offsets: dict[int, ClockOffset], present, given: str | None = None,
+                      windows: dict[int, tuple[float, float]] | None = None) -> list[str]:
+    """One line per reason the split is withheld: how many calls of which kinds on which ranks, and why,
+    counted over the calls the Collectives table holds (those in each rank's analysed window). Unmatched
+    calls are left to the count warning of `match_collectives`."""
     out = []
     if coll.empty or "withheld" not in coll:
         return out
     present = set(present)
     tail = "; peer-wait and communication-bound leave them out"
-    for reason, rows in coll[coll["withheld"].notna()].groupby("withheld"):
+    kept = in_windows(coll, windows)
+    for reason, rows in kept[kept["withheld"].notna()].groupby("withheld"):
         if reason == UNMATCHED:
             continue
         kinds = ", ".join(sorted(set(rows["kind"])))

@@ -21,8 +21,9 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     if device == "none":
         notes.append("no traces were recorded: findings come from the dstrace manifests only")
     elif device == "cpu":
-        notes.append("no GPU kernels in any trace: analyzed the CPU-side collective ops (gloo / c10d) instead; "
-                     "all times are host times and HTA's GPU breakdowns do not apply")
+        notes.append(_nccl_without_gpu_note(run) or (
+            "no GPU kernels in any trace: analyzed the CPU-side collective ops (gloo / c10d) instead; "
+            "all times are host times and HTA's GPU breakdowns do not apply"))
     elif device == "gpu":
         for r, t in sorted(run.traces.items()):
             if not t.has_gpu:
@@ -33,20 +34,25 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
 
     step_df, step_source = steps_mod.step_ranges(run)
     coll = collectives.collective_events(run)
+    unknown = _unknown_world_warning(run, coll)
+    if unknown:
+        warnings.append(unknown)
     notes.extend(_unknown_sizes_note(coll))
     hosts = {r: t.host for r, t in run.traces.items()}
-    coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy, alignment.host_only_reason(run))
+    withhold_all = alignment.host_only_reason(run)
+    coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy, withhold_all)
+    windows = collectives.rank_windows(run, clock)
     warnings.extend(align_warnings)
+    warnings.extend(peer_wait.withheld_warnings(coll, clock, hosts, withhold_all, windows))
     note = clocks.alignment_note(clock)
     if note:
         notes.append(note)
 
     hta, hta_warnings = hta_breakdown.hta_breakdowns(run)
     warnings.extend(hta_warnings)
-    windows = collectives.rank_windows(run, clock)
     stats = collectives.collective_stats(coll, windows)
     notes.extend(collectives.window_notes(coll, windows))
-    waits = peer_wait.wait_summary(coll)
+    waits = peer_wait.wait_summary(coll, windows)
 
     summaries: dict[int, RankSummary] = {}
     for r, trace in sorted(run.traces.items()):
@@ -127,6 +133,39 @@ def _trace_pointers(run: LoadedRun, found: list) -> list[str]:
             more = f" and {len(f.ranks) - len(named)} more" if len(f.ranks) > len(named) else ""
             out.append(f"{f.id}: full traces in {run.trace_dir}: " + "; ".join(named) + more)
     return out
+
+
+def _unknown_world_warning(run: LoadedRun, coll: pd.DataFrame) -> str | None:
+    """Where no file records the world size, it is read as the ranks found: say so when the traces show the
+    job communicating, since its other ranks then exist without a trace (a single process needs no word)."""
+    recorded = (any(t.world_size for t in run.traces.values()) or run.manifests
+                or (run.run_record is not None and run.run_record.world_size))
+    ranks = {r for r, t in run.traces.items() if t.reduced.nccl_host_calls} | set(coll["rank"].astype(int))
+    if recorded or not ranks:
+        return None
+    return (f"no trace or manifest records the world size, yet {ranks_text(ranks)} took part in collectives: "
+            f"'world size {run.world_size}' is only the ranks found: the job may have had other ranks, without a "
+            "trace here")
+
+
+def _nccl_without_gpu_note(run: LoadedRun) -> str | None:
+    """A trace without GPU activity whose host enqueued NCCL calls is a GPU job profiled without its GPU: say
+    so, and that its communication ran outside the trace."""
+    calls: dict[str, list[int]] = {}
+    for t in run.traces.values():
+        for kind, c in t.reduced.nccl_host_calls.items():
+            counted = calls.setdefault(kind, [0, 0])
+            counted[0] += int(c["count"])
+            counted[1] += int(c["bytes"])
+    if not calls:
+        return None
+    ranks = {r for r, t in run.traces.items() if t.reduced.nccl_host_calls}
+    listed = ", ".join(f"{n} {kind} ({b / 1e6:.1f} MB)" if b else f"{n} {kind}"
+                       for kind, (n, b) in sorted(calls.items()))
+    return (f"no GPU activity in any trace (no kernel, copy or memset), yet the host of {ranks_text(ranks)} "
+            f"enqueued NCCL calls (c10d's nccl:* ranges: {listed}): a GPU job profiled without its GPU activity. "
+            "Its transfers ran on the GPU, outside these traces: no collective time, peer wait or bandwidth is "
+            "read from them, and all times here are host times")
 
 
 def _accelerator_warning(accelerators: dict[str, dict], device: str) -> str:

@@ -35,6 +35,7 @@ class RankReduction:
     hta: dict | None = None  # {"breakdowns", "problems"} from `hta_breakdown.rank_breakdowns`, GPU ranks only
     step_work: list = field(default_factory=list)  # `step_work`: per step, GPU kernel time and host work by name
     accelerator_events: dict = field(default_factory=dict)  # category -> events, of ACCELERATOR_CATEGORIES
+    nccl_host_calls: dict = field(default_factory=dict)  # `collectives.nccl_host_calls`, ranks without GPU activity
 
 
 def accelerator_events(events: pd.DataFrame) -> dict[str, int]:
@@ -137,6 +138,7 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: Callable[[], dict] |
     util = {**util, "work_items": items}  # how many events the span's shares describe
     reduced = RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
                             utilization=util, host_time=host_time, step_work=step_work(events, steps, *work),
-                            accelerator_events=accelerator_events(events))
+                            accelerator_events=accelerator_events(events),
+                            nccl_host_calls={} if has_gpu else collectives.nccl_host_calls(events))
     reduced.hta = hta() if has_gpu and hta is not None else None
     return reduced

@@ -94,12 +94,16 @@ def clean_trace_steps(run: LoadedRun, steps: pd.DataFrame) -> pd.DataFrame:
 
 def step_ranges(run: LoadedRun) -> tuple[pd.DataFrame, str | None]:
     """rank, step, ts, end, ms per step; from dstrace ranges when any rank has them, else ProfilerStep."""
+    ranks = sorted(run.traces)
+    frames = [run.traces[r].reduced.steps for r in ranks]
+    if not any(len(f) for f in frames):
+        return pd.DataFrame(columns=STEP_FRAME), None
+    every = pd.concat([f for f in frames if len(f)], ignore_index=True)
+    every.insert(0, "rank", np.repeat([r for r, f in zip(ranks, frames) if len(f)], [len(f) for f in frames if len(f)]))
     for source, _ in STEP_SOURCES:
-        frames = [t.reduced.steps[t.reduced.steps["source"] == source].assign(rank=rank)
-                  for rank, t in sorted(run.traces.items())]
-        frames = [f for f in frames if len(f)]
-        if frames:
-            return pd.concat(frames, ignore_index=True)[STEP_FRAME], source
+        mine = every["source"] == source
+        if mine.any():
+            return every.loc[mine, STEP_FRAME].reset_index(drop=True), source
     return pd.DataFrame(columns=STEP_FRAME), None
 
 
@@ -115,30 +119,46 @@ def decode_steps(steps: pd.DataFrame, source: str | None) -> pd.DataFrame:
 def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -> tuple[pd.Series, str | None]:
     """Bytes gathered per (rank, step): dstrace zero3.allgather ranges, else AllGather collectives' bytes
     (only when every one has its size)."""
-    rows = [(rank, ts, int(n)) for rank, t in sorted(run.traces.items())
-            for ts, n in zip(t.reduced.gathers["ts"], t.reduced.gathers["bytes"])]
+    ranks = sorted(run.traces)
+    gathers = [run.traces[r].reduced.gathers for r in ranks]
+    rank_col = np.repeat(ranks, [len(g) for g in gathers]).astype("int64")
+    ts = np.concatenate([g["ts"].to_numpy(dtype=float) for g in gathers] + [np.empty(0)])
+    nbytes = np.concatenate([g["bytes"].to_numpy(dtype=float) for g in gathers] + [np.empty(0)])
     source = "dstrace/zero3.allgather ranges"
-    if not rows and not coll.empty:
+    if not len(ts) and not coll.empty:
         ag = coll[coll["kind"] == "AllGather"]
-        sized = pd.to_numeric(ag["bytes"], errors="coerce").fillna(0) > 0
-        # a per-step sum with sizes missing (older NCCL writes none) would be a made-up figure: none then
-        rows = list(zip(ag["rank"], ag["host_ts"], ag["bytes"])) if sized.all() else []
-        source = "AllGather collectives"
-    if not rows or steps.empty:
+        if (pd.to_numeric(ag["bytes"], errors="coerce").fillna(0) > 0).all():
+            # a per-step sum with sizes missing (older NCCL writes none) would be a made-up figure: none then
+            rank_col, ts = ag["rank"].to_numpy(dtype="int64"), ag["host_ts"].to_numpy(dtype=float)
+            nbytes, source = ag["bytes"].to_numpy(dtype=float), "AllGather collectives"
+    if not len(ts) or steps.empty:
         return pd.Series(dtype=float), None
-    ranges = pd.DataFrame(rows, columns=["rank", "ts", "bytes"])
     firsts = steps.drop_duplicates(["rank", "step"]).sort_values(["rank", "step"], kind="stable")
-    keys, sums = [], []
-    for rank, st in firsts.groupby("rank", sort=False):
-        r = ranges[ranges["rank"] == rank].sort_values("ts", kind="stable")
-        ts = r["ts"].to_numpy(dtype=float)
-        nbytes = np.nan_to_num(r["bytes"].to_numpy(dtype=float)).astype(np.int64)  # a size not known counts 0
-        total = np.concatenate([[0], np.cumsum(nbytes)])
-        lo = np.searchsorted(ts, st["ts"].to_numpy(dtype=float), side="left")
-        hi = np.maximum(np.searchsorted(ts, st["end"].to_numpy(dtype=float), side="left"), lo)
-        keys.extend(zip([rank] * len(st), st["step"].tolist()))
-        sums.extend((total[hi] - total[lo]).tolist())
-    return pd.Series(sums, index=pd.MultiIndex.from_tuples(keys), dtype=float), source
+    # the ranges of each rank in time order, and their running byte total (a size not known counts 0)
+    order = np.lexsort((ts, rank_col))
+    rank_col, ts = rank_col[order], ts[order]
+    total = np.concatenate([[0], np.cumsum(np.nan_to_num(nbytes[order]).astype(np.int64))])
+    step_rank = firsts["rank"].to_numpy(dtype="int64")
+    lo = _count_before(rank_col, ts, step_rank, firsts["ts"].to_numpy(dtype=float))
+    hi = np.maximum(_count_before(rank_col, ts, step_rank, firsts["end"].to_numpy(dtype=float)), lo)
+    keys = list(zip(step_rank.tolist(), firsts["step"].tolist()))
+    return pd.Series((total[hi] - total[lo]).tolist(), index=pd.MultiIndex.from_tuples(keys), dtype=float), source
+
+
+def _count_before(ranks: np.ndarray, ts: np.ndarray, at_rank: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each query (at_rank, at): the position in (ranks, ts), sorted by rank then time, of the first range
+    of that rank at or after `at`: searchsorted(side="left") within the rank's own ranges, for all ranks in
+    one sort."""
+    n = len(ranks)
+    keys_rank = np.concatenate([ranks, at_rank])
+    keys_ts = np.concatenate([ts, at])
+    is_query = np.concatenate([np.zeros(n, dtype=np.int8), -np.ones(len(at), dtype=np.int8)])  # queries first
+    order = np.lexsort((is_query, keys_ts, keys_rank))
+    ranges_before = np.cumsum(order < n) - (order < n)  # ranges strictly before each sorted position
+    out = np.empty(len(at), dtype=np.int64)
+    queries = order >= n
+    out[order[queries] - n] = ranges_before[queries]
+    return out
 
 
 def model_bytes(run: LoadedRun) -> int | None:
@@ -165,12 +185,13 @@ def summarize_steps(run: LoadedRun, steps: pd.DataFrame, source: str | None, col
     # counts are of every traced step (the traces' totals are divided by them); times leave the profiler's out
     clean = clean_trace_steps(run, decode)
     gathered, gathered_source = gathered_per_step(run, decode, coll) if not decode.empty else (pd.Series(dtype=float), None)
-    for rank, g in decode.groupby("rank"):
-        entry = {"count": int(len(g)), "ms_median": float(clean.loc[clean["rank"] == rank, "ms"].median())}
-        if len(gathered):
-            mine = gathered[[k for k in gathered.index if k[0] == rank]]
-            if len(mine):
-                entry["gathered_bytes_median"] = float(mine.median())
+    counts = decode.groupby("rank")["ms"].size()
+    clean_medians = clean.groupby("rank")["ms"].median()
+    gathered_medians = gathered.groupby(level=0).median() if len(gathered) else pd.Series(dtype=float)
+    for rank, count in counts.items():
+        entry = {"count": int(count), "ms_median": float(clean_medians.get(rank, float("nan")))}
+        if rank in gathered_medians.index:
+            entry["gathered_bytes_median"] = float(gathered_medians[rank])
         per_rank[int(rank)] = entry
     if decode.empty:
         # as from traces: steps per call on one rank, not summed over calls and ranks

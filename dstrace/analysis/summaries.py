@@ -13,11 +13,13 @@ read within bounds (`untrusted`), checked, and skipped with a warning when it do
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
 
 import numpy as np
+import pandas as pd
 
 from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
@@ -47,13 +49,13 @@ def summary_path(run_dir: str, rank: int) -> str:
 
 def write_summary(path: str, reduced: RankReduction, rank: int, world_size: int | None, host: str | None,
                   run_id: str | None, trace_file: str, distributed: dict | None) -> None:
-    """Write a rank's summary, gzipped, whole or not at all and through no link (`files.atomic_file`)."""
+    """Write a rank's summary, gzipped, under a temporary name, then renamed."""
     arrays, head = cache.pack(reduced)
     payload = {"schema": SUMMARY_SCHEMA, "run_id": run_id, "rank": rank, "world_size": world_size, "host": host,
                "trace_file": trace_file, "distributed": distributed, "reduction": head,
                "arrays": {k: {"dtype": v.dtype.str, "values": v.tolist()} for k, v in arrays.items()}}
     with atomic_file(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6) as z:
-        z.write(json.dumps(payload, separators=(",", ":")).encode())
+        z.write(json.dumps(payload, separators=(",", ":")).encode())  # dumps: the C encoder; dump streams in Python
 
 
 def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
@@ -85,6 +87,16 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
 def read_summary(path: str) -> tuple[dict, RankReduction]:
     """A summary's identity (rank, world_size, host, run_id, trace_file, distributed) and reduction. Raises
     ValueError saying what is wrong with the file."""
+    data, arrays = _read_arrays(path)
+    try:
+        reduced = cache.unpack(arrays, data["reduction"])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
+    return _identity(data, reduced), reduced
+
+
+def _read_arrays(path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """A summary's JSON and its arrays, before they become frames. Raises ValueError saying what is wrong."""
     try:
         text = b"".join(untrusted.json_chunks(path, limit=MAX_SUMMARY_BYTES))
     except untrusted.TooLarge:
@@ -100,16 +112,38 @@ def read_summary(path: str) -> tuple[dict, RankReduction]:
         raise ValueError(f"not a {SUMMARY_SCHEMA} summary (written by another dstrace version? "
                          "analyze the traces with --source traces)")
     try:
-        arrays = {k: np.array(v["values"], dtype=np.dtype(v["dtype"])) for k, v in data["arrays"].items()}
+        arrays = {k: np.array(v["values"], dtype=np.dtype(v["dtype"])) for k, v in data.pop("arrays").items()}
         if any(a.dtype == object or a.ndim != 1 for a in arrays.values()):
             raise ValueError("an array that is not a column")
-        reduced = cache.unpack(arrays, data["reduction"])
+        frames = data["reduction"]["frames"]
+        for name in cache.FRAMES:  # what unpack_many reads of the head, checked before it groups by it
+            spec = frames[name]
+            if not (isinstance(spec["rows"], int) and all(isinstance(c, list) and len(c) == 3
+                                                          and all(isinstance(x, str) for x in c)
+                                                          and c[1] in ("num", "str", "json")
+                                                          for c in spec["columns"])):
+                raise ValueError(f"the layout of {name} is not one dstrace writes")
+            for _, _, dtype in spec["columns"]:
+                _dtype(dtype)
+        if not isinstance(data["reduction"]["reduced"], dict):
+            raise ValueError("no reduction")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
-    problem = _check(data, reduced)
+    return data, arrays
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(name: str):
+    """pandas' dtype of that name (TypeError when none): a summary names a few, 24 columns per rank."""
+    return pd.api.types.pandas_dtype(name)
+
+
+def _identity(data: dict, reduced: RankReduction | None, frames_checked: bool = False) -> dict:
+    """Who wrote the summary, once its content is checked (`_check`). Raises ValueError."""
+    problem = _check(data, reduced, frames_checked)
     if problem:
         raise ValueError(f"not a summary dstrace wrote ({problem})")
-    return {k: data.get(k) for k in ("rank", "world_size", "host", "run_id", "trace_file", "distributed")}, reduced
+    return {k: data.get(k) for k in ("rank", "world_size", "host", "run_id", "trace_file", "distributed")}
 
 
 def _number(value) -> bool:
@@ -121,8 +155,30 @@ def _numbers(column) -> bool:
     return column.dtype.kind in "biuf" or all(v is None or v != v or _number(v) for v in column)
 
 
-def _check(data: dict, reduced: RankReduction | None) -> str | None:
-    """What is wrong with a summary's content for the analysis to read it, or None."""
+def _frame_problem(name: str, columns: list[str], column) -> str | None:
+    """What is wrong with frame `name` of these columns (`column(c)`: its values), or None."""
+    if columns != list(COLUMNS[name]):
+        return f"{name} has columns {columns}"
+    if not all(_numbers(column(c)) for c in NUMERIC[name]):
+        return f"{name} holds times or sizes that are not numbers"
+    return None
+
+
+def _columns_problem(data: dict, columns: dict | None) -> str | None:
+    """`_check`'s frame checks on a summary's decoded columns (`cache.columns_of`), before they are batched."""
+    if columns is None:
+        return "a frame is incomplete"
+    for name in COLUMNS:
+        names = [c for c, _, _ in data["reduction"]["frames"][name]["columns"]]
+        problem = _frame_problem(name, names, lambda c: columns[name][names.index(c)])
+        if problem:
+            return problem
+    return None
+
+
+def _check(data: dict, reduced: RankReduction | None, frames_checked: bool = False) -> str | None:
+    """What is wrong with a summary's content for the analysis to read it, or None (`frames_checked`: its
+    frames were checked as columns, `_columns_problem`)."""
     if reduced is None:
         return "a frame is incomplete"
     if not (isinstance(data.get("rank"), int) and 0 <= data["rank"] < MAX_WORLD_SIZE):
@@ -133,12 +189,11 @@ def _check(data: dict, reduced: RankReduction | None) -> str | None:
     for key in ("host", "run_id", "trace_file"):
         if data.get(key) is not None and not isinstance(data[key], str):
             return f"{key} is not text"
-    for name, columns in COLUMNS.items():
+    for name, columns in COLUMNS.items() if not frames_checked else ():
         frame = getattr(reduced, name)
-        if list(frame.columns) != list(columns):
-            return f"{name} has columns {list(frame.columns)}"
-        if not all(_numbers(frame[c]) for c in NUMERIC[name]):
-            return f"{name} holds times or sizes that are not numbers"
+        problem = _frame_problem(name, list(frame.columns), lambda c: frame[c])
+        if problem:
+            return problem
     u = reduced.utilization
     if not (isinstance(reduced.has_gpu, bool) and isinstance(u, dict)
             and all(_number(u.get(k)) for k in ("span_us", "idle_us", "exposed_comm_us"))
@@ -148,7 +203,12 @@ def _check(data: dict, reduced: RankReduction | None) -> str | None:
                                                 and all(_number(v) for v in u["window_us"])))
             and isinstance(u.get("comm_libraries_us", {}), dict)
             and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
-            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))):
+            and isinstance(u.get("comm_libraries_us", {}), dict)
+            and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
+            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))
+            and isinstance(reduced.nccl_host_calls, dict)
+            and all(isinstance(k, str) and isinstance(v, dict) and all(_number(v.get(x)) for x in ("count", "bytes"))
+                    for k, v in reduced.nccl_host_calls.items())):
         return "its utilization, host time or HTA results are not what the analysis reads"
     return None
 
@@ -187,17 +247,42 @@ def load_summaries(trace_dir: str) -> LoadedRun:
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     found: dict[int, tuple[dict, RankReduction]] = {}
+    read: list[tuple[str, dict, dict]] = []  # name, JSON, columns: unpacked together (`cache.unpack_many`)
+    texts: dict[str, str] = {}  # equal texts of all ranks as one object
+
+    def skip(name: str, exc: Exception) -> None:
+        path = os.path.join(trace_dir, name)
+        reason = str(exc) if isinstance(exc, ValueError) else untrusted.unreadable(path, exc)
+        skipped.append({"path": path, "reason": reason})
+        warnings.append(f"skipped {name}: {reason}")
+
     for name in folder_names(trace_dir):
         if not name.endswith(SUMMARY_SUFFIX):
             continue
-        path = os.path.join(trace_dir, name)
         try:
-            who, reduced = read_summary(path)
-            found[who["rank"]] = (who, reduced)
+            data, arrays = _read_arrays(os.path.join(trace_dir, name))
+            try:
+                columns = cache.columns_of(arrays, data["reduction"], texts)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+                raise ValueError(f"not a summary dstrace wrote ({type(exc).__name__}: {exc})") from None
+            problem = _columns_problem(data, columns)
+            if problem:
+                raise ValueError(f"not a summary dstrace wrote ({problem})")
+            read.append((name, data, columns))
         except (OSError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, ValueError) else untrusted.unreadable(path, exc)
-            skipped.append({"path": path, "reason": reason})
-            warnings.append(f"skipped {name}: {reason}")
+            skip(name, exc)
+    try:
+        reductions = cache.unpack_many([(columns, data["reduction"]) for _, data, columns in read])
+        read = [(name, data, None) for name, data, _ in read]  # the columns are in the tables now
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"rank summaries in {trace_dir} that dstrace did not write ({type(exc).__name__}: "
+                        f"{str(exc)[:200]}); analyze the traces with --source traces") from None
+    for (name, data, _), reduced in zip(read, reductions):
+        try:
+            who = _identity(data, reduced, frames_checked=True)
+            found[who["rank"]] = (who, reduced)
+        except ValueError as exc:
+            skip(name, exc)
     manifests, run = read_manifests(trace_dir, warnings, skipped)
     if not found:
         raise UserError(f"no usable rank summary in {trace_dir}")

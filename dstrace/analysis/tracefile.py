@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.runfolder import untrusted
-from dstrace.trace_names import C10D_OP, GLOO_OP, GPU_CATEGORIES, LAUNCH_CATEGORIES
+from dstrace.trace_names import C10D_OP, GLOO_OP, GPU_CATEGORIES, LAUNCH_CATEGORIES, NCCL_HOST_RANGE
 
 CHUNK_BYTES = 8 << 20
 """Bytes of JSON decoded at a time: their events as objects are small next to a rank's columns."""
@@ -106,11 +106,12 @@ ANY = msgspec.json.Decoder()
 def reads_args(cat, name) -> bool:
     """Whether an analysis reads this complete event's args: GPU work and the launches that link it to the
     host (correlation, stream, device, NCCL's sizes, HTA's columns), ProfilerStep ranges (HTA's external
-    id) and the CPU ops that do collectives on CPU-only runs (their sizes)."""
+    id) and the CPU ops that do collectives on CPU-only runs, or enqueue NCCL's (their sizes)."""
     if cat in GPU_CATEGORIES or cat in LAUNCH_CATEGORIES:
         return True
     return isinstance(name, str) and (name.startswith("ProfilerStep") or name == "record_param_comms"
-                                      or GLOO_OP.match(name) is not None or C10D_OP.match(name) is not None)
+                                      or GLOO_OP.match(name) is not None or C10D_OP.match(name) is not None
+                                      or NCCL_HOST_RANGE.match(name) is not None)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -30,10 +31,28 @@ def run_gloo_job(out, *extra: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def gloo_run_dir(tmp_path_factory):
-    """Real CPU traces: torchrun of gloo_job.py, 2 ranks, rank 1 late to every collective."""
-    out = tmp_path_factory.mktemp("gloo_run")
+def gloo_job_output(tmp_path_factory):
+    """What the gloo job wrote, as it wrote it: no test analyses this folder (analysing one leaves cache
+    files in it); tests take a copy (`gloo_run_dir`, `fresh_gloo_run_dir`)."""
+    out = tmp_path_factory.mktemp("gloo_job")
     run_gloo_job(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def gloo_run_dir(gloo_job_output, tmp_path_factory):
+    """Real CPU traces: torchrun of gloo_job.py, 2 ranks, rank 1 late to every collective. Shared by every
+    test of the session: it may hold the caches earlier tests' analyses left."""
+    out = tmp_path_factory.mktemp("gloo_run")
+    shutil.copytree(gloo_job_output, out, dirs_exist_ok=True)
+    return out
+
+
+@pytest.fixture
+def fresh_gloo_run_dir(gloo_job_output, tmp_path):
+    """The gloo job's folder as the job left it, this test's own copy: nothing analysed it before."""
+    out = tmp_path / "gloo_run"
+    shutil.copytree(gloo_job_output, out)
     return out
 
 

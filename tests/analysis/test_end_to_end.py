@@ -8,10 +8,11 @@ from helpers import analyze_dir
 from tests.conftest import tool
 
 
-def test_real_gloo_traces(gloo_run_dir):
-    files = sorted(os.listdir(gloo_run_dir))
+def test_real_gloo_traces(fresh_gloo_run_dir):
+    """The job wrote exactly its two traces (on a copy no other test analysed: an analysis leaves caches)."""
+    files = sorted(os.listdir(fresh_gloo_run_dir))
     assert len(files) == 2 and all(f.endswith(".pt.trace.json.gz") for f in files)
-    a = analyze_dir(gloo_run_dir)
+    a = analyze_dir(fresh_gloo_run_dir)
     assert a.device == "cpu" and a.run_id == "gloo-e2e"
     assert a.ranks_found == [0, 1] and a.world_size == 2 and not a.missing_ranks
     assert any("CPU-side collective ops" in n for n in a.notes)

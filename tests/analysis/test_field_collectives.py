@@ -4,6 +4,7 @@ Each test says first what an expert reads off the events, then checks dstrace's 
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -122,7 +123,7 @@ def test_kernel_kind_reads_the_args_where_the_name_says_nothing(name, coll_name,
     assert kernel_kind(name, coll_name) == kind
 
 
-MI300_RESNET = os.path.join(CORPUS, "AMD-AGI", "TraceLens", "tests", "traces", "mi300", "resnet_act_checkpoint.json.gz")
+MI300_RESNET = os.path.join(CORPUS, "tracelens", "tests", "traces", "mi300", "resnet_act_checkpoint.json.gz")
 
 
 @pytest.mark.skipif(not os.path.exists(MI300_RESNET), reason="corpus trace not in this checkout")
@@ -155,6 +156,49 @@ DEEPEP = {  # kernel names as DeepSeek's public profile (profile-data, train.jso
 }
 
 
+def deepep_twin(folder, gemm: bool = True) -> None:
+    """Two ranks, three 1000 us steps: DeepEP notify 50 us, dispatch 300 us, combine 400 us on stream 30;
+    layout 20 us (and with `gemm` a GEMM of 600 us) on stream 7."""
+    for rank in range(2):
+        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        for step in range(3):
+            t = step * 1000.0
+            b.kernel(DEEPEP["layout"], t, 20.0, stream=7)
+            b.kernel(DEEPEP["notify"], t + 30.0, 50.0, stream=30)
+            b.kernel(DEEPEP["dispatch"], t + 90.0, 300.0, stream=30)
+            if gemm:
+                b.compute(t + 100.0, 600.0, stream=7)
+            b.kernel(DEEPEP["combine"], t + 400.0, 400.0, stream=30)
+        b.write(str(folder))
+
+
+def test_hta_breakdown_says_which_of_its_compute_is_deepep_communication(tmp_path):
+    """The DeepEP twin without its GEMM: HTA types every kernel COMPUTATION, so HTA's temporal breakdown
+    says compute is all the busy time: 2,310 of the 2,800 us span (82.5%), all of it DeepEP's
+    notify/dispatch/combine (750 us per step) but for the 20 us layout kernels, which count tokens and
+    move nothing. An expert: 2,250 us of HTA's compute (80.4% of the span) is DeepEP communication.
+
+    Before: the report printed "compute 82.5%" (all of the busy time) with no word that 2.25 ms of it is
+    DeepEP communication, and the JSON's top kernels called DeepEP's kernels COMPUTATION unlabelled."""
+    from dstrace.analysis.render import render
+    from dstrace.analysis.render.terminal import Screen
+
+    deepep_twin(tmp_path, gemm=False)
+    a = analyze_dir(tmp_path)
+    t = a.ranks[0].hta["temporal"]
+    assert t["compute_us"] == pytest.approx(3 * (20 + 750)) and t["non_compute_us"] == 0.0  # HTA's own figures
+    assert t["span_us"] == pytest.approx(2800.0)
+    assert t["communication_in_compute_us"] == {"DeepEP": pytest.approx(3 * 750.0)}
+    labelled = {k["name"]: k.get("communication_library") for k in a.ranks[0].hta["top_kernels"]}
+    assert labelled[DEEPEP["combine"]] == "DeepEP" and labelled[DEEPEP["layout"]] is None
+    text = " ".join(render(a, "text", Screen(verbose=True)).split())  # --verbose shows HTA's; lines wrap
+    compute = f"rank 0: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
+    assert (f"{compute} (it includes 2.25 ms of DeepEP communication kernels ({2250 / t['span_us']:.1%} of the "
+            "span), which HTA types as computation)") in text, text
+    doc = json.loads(render(a, "json"))
+    assert doc["ranks"]["0"]["hta"]["temporal"]["communication_in_compute_us"]["DeepEP"] == pytest.approx(2250.0)
+
+
 def test_deepep_kernels_are_deepep_communication(tmp_path):
     """A twin of DeepSeek's expert-parallel training profile (profile-data train.json, rank 0 of 64, H800;
     not committed: its repository states no licence): DeepEP's `dpsk::ep::internode::*` kernels move tokens
@@ -164,16 +208,7 @@ def test_deepep_kernels_are_deepep_communication(tmp_path):
     notify 50 us, dispatch 300 us, combine 400 us on stream 30; layout 20 us and a GEMM of 600 us on stream 7.
 
     Before: every DeepEP kernel was compute (HTA's kernel type says COMPUTATION), communication 0."""
-    for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
-        for step in range(3):
-            t = step * 1000.0
-            b.kernel(DEEPEP["layout"], t, 20.0, stream=7)
-            b.kernel(DEEPEP["notify"], t + 30.0, 50.0, stream=30)
-            b.kernel(DEEPEP["dispatch"], t + 90.0, 300.0, stream=30)
-            b.compute(t + 100.0, 600.0, stream=7)
-            b.kernel(DEEPEP["combine"], t + 400.0, 400.0, stream=30)
-        b.write(str(tmp_path))
+    deepep_twin(tmp_path)
     a = analyze_dir(tmp_path)
     for r in (0, 1):
         s = a.ranks[r]
@@ -216,6 +251,21 @@ def gloo_all_reduce(b: synthetic.TraceBuilder, tid: int, ts: float, dur: float, 
                      "args": {"Input type": ["float"], "Input Dims": [[floats]], "Concrete Inputs": [""]}})
 
 
+def gloo_twin(folder, late_us: float = 0.0) -> None:
+    """Two ranks, two 100 ms profiler steps, a pair of concurrent gloo all-reduces (two threads) at 10, 110,
+    210 and 310 ms: the last two pairs outside the steps. Rank 1 starts each call `late_us` later and ends it
+    when rank 0 does."""
+    for rank in range(2):
+        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        late = late_us if rank == 1 else 0.0
+        for step in range(2):
+            b.host_range(f"ProfilerStep#{step}", step * 100_000.0, 100_000.0)
+        for start in (10_000.0, 110_000.0, 210_000.0, 310_000.0):
+            gloo_all_reduce(b, 3553, start + late, 60_000.0 - late, 1000)
+            gloo_all_reduce(b, 3554, start + 5_000.0 + late, 70_000.0 - late, 8000)
+        b.write(str(folder))
+
+
 def test_gloo_collectives_table_within_the_span_and_counted_once(tmp_path):
     """A twin of HTA's cpu_only trace (below) with two profiler steps: in each 100 ms step, two gloo
     all-reduces run at once on two gloo threads (1,000 and 8,000 floats), 60 and 70 ms long, the second
@@ -224,14 +274,7 @@ def test_gloo_collectives_table_within_the_span_and_counted_once(tmp_path):
     durations sum to 260 ms, and all 8 to 520 ms.
 
     Before: the table counted 8 calls and 520 ms against the 200 ms span."""
-    for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
-        for step in range(2):
-            b.host_range(f"ProfilerStep#{step}", step * 100_000.0, 100_000.0)
-        for start in (10_000.0, 110_000.0, 210_000.0, 310_000.0):
-            gloo_all_reduce(b, 3553, start, 60_000.0, 1000)
-            gloo_all_reduce(b, 3554, start + 5_000.0, 70_000.0, 8000)
-        b.write(str(tmp_path))
+    gloo_twin(tmp_path)
     a = analyze_dir(tmp_path)
     assert a.device == "cpu"
     for r in (0, 1):
@@ -245,7 +288,25 @@ def test_gloo_collectives_table_within_the_span_and_counted_once(tmp_path):
     assert any("AllReduce on rank 0: 150.0 ms, 260.0 ms summed" in n for n in a.notes), a.notes
 
 
-HTA_CPU_ONLY = os.path.join(CORPUS, "facebookresearch", "HolisticTraceAnalysis", "tests", "data", "cpu_only",
+def test_peer_wait_counts_the_calls_the_collectives_table_counts(tmp_path):
+    """The twin above with rank 1 starting every call 2 ms after rank 0 (the ends line up): rank 0 waits
+    2 ms on each call. In the 200 ms span it has 4 calls: 8 ms of wait over 260 ms of calls (summed per
+    call, as their waits are); rank 1 caused it and was last to all 4.
+
+    Before: peer wait read all 8 calls: comm_us 520 ms and 16 ms of wait, 8 calls caused by rank 1."""
+    gloo_twin(tmp_path, late_us=2_000.0)
+    a = analyze_dir(tmp_path)
+    s = a.ranks[0]
+    ar = s.collectives["AllReduce"]
+    assert ar.count == 4 and ar.wait_us == pytest.approx(4 * 2_000.0)
+    assert s.comm_us == pytest.approx(260_000.0) == pytest.approx(ar.wait_us + ar.transfer_us)
+    assert s.wait_us == pytest.approx(ar.wait_us) and s.unsplit_us == 0.0
+    assert s.waited_for == {1: pytest.approx(8_000.0)}
+    assert a.ranks[1].late_count == 4 and a.ranks[1].caused_wait_us == pytest.approx(8_000.0)
+    assert a.ranks[1].comm_us == pytest.approx(260_000.0 - 4 * 2_000.0)
+
+
+HTA_CPU_ONLY = os.path.join(CORPUS, "hta", "tests", "data", "cpu_only",
                             "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
 
 
@@ -256,7 +317,11 @@ def test_hta_cpu_only_gloo_trace(tmp_path):
     pair starts inside the step, at 18.5 and 26.8 ms into it, and they run together until 191.7 and
     197.3 ms: 178.8 ms of the span has an all-reduce running. 299 ranks have no trace: no split.
 
-    Before: the Collectives table said 10 calls and 2,135 ms against the 210 ms span."""
+    The withheld-split warning counts the 2 calls the table holds, and the rank's comm time is theirs,
+    cut at the span's end and summed per call: 173.2 + 170.5 = 343.7 ms, all of it without a split.
+
+    Before: the Collectives table said 10 calls and 2,135 ms against the 210 ms span; after the table was
+    cut to the span, the warning still said 10 calls and comm_us 2,135 ms."""
     shutil.copy(HTA_CPU_ONLY, tmp_path)
     try:
         a = analyze_dir(tmp_path)
@@ -268,3 +333,55 @@ def test_hta_cpu_only_gloo_trace(tmp_path):
     assert ar.kernel_us == pytest.approx(178_777.4, abs=1.0)
     assert ar.kernel_us <= s.span_us == pytest.approx(210_109.2, abs=1.0)
     assert ar.unsplit_us == pytest.approx(ar.kernel_us)
+    assert s.comm_us == pytest.approx(343_681.0, abs=1.0) and s.unsplit_us == pytest.approx(s.comm_us)
+    withheld = [w for w in a.warnings if w.startswith("wait/transfer split withheld")]
+    assert len(withheld) == 1 and "for 2 AllReduce call(s) on rank 34:" in withheld[0], a.warnings
+
+
+HTA_DATA = os.path.join(CORPUS, "hta", "tests", "data")
+HTA_RANK_NON_GPU = os.path.join(HTA_DATA, "rank_non_gpu", "rank_non_gpu.json.gz")
+
+
+def test_hta_rank_non_gpu_is_a_gpu_job_profiled_without_its_gpu(tmp_path):
+    """HTA's rank_non_gpu trace (MIT, committed byte-for-byte; HTA's mixed_files holds the same blob): rank 0
+    (distributedInfo names no world size), 2,467 events of categories cpu_op and user_annotation only: no
+    kernel, copy or CUDA call. One ProfilerStep#1009 of 75.473 ms. Six c10d `nccl:all_to_all` ranges on the
+    main thread, their `Input Dims`/`Input type`: [8, 1024, 8816] float, [1002496] int, [15100250] int,
+    [1024] int, [65687] int, [65687] float: 353,823,264 bytes; twelve `record_param_comms` without args.
+    An expert: an NCCL job profiled without its GPU activity; its six all-to-alls were enqueued here and
+    ran on the GPU, outside the trace: no communication time, wait or bandwidth can be read.
+
+    Before: the all-to-alls went unmentioned, the note said the CPU-side collective ops (gloo / c10d)
+    were analyzed, of which there are none, and "world size 1" stood unqualified."""
+    shutil.copy(HTA_RANK_NON_GPU, tmp_path)
+    a = analyze_dir(tmp_path)
+    assert a.device == "cpu" and a.ranks_found == [0]
+    s = a.ranks[0]
+    assert s.span_us == pytest.approx(75_473.0) and s.collectives == {} and s.busy_us["communication"] == 0.0
+    assert a.steps.count == 1 and a.findings == []
+    (note,) = [n for n in a.notes if "GPU activity" in n]
+    assert ("the host of rank 0 enqueued NCCL calls (c10d's nccl:* ranges: 6 AllToAll (353.8 MB)): a GPU job "
+            "profiled without its GPU activity") in note
+    assert "no collective time, peer wait or bandwidth is read from them" in note
+    assert not any("gloo" in n for n in a.notes), a.notes
+    assert any(w.startswith("no trace or manifest records the world size, yet rank 0 took part in collectives: "
+                            "'world size 1' is only the ranks found") for w in a.warnings), a.warnings
+
+
+def test_hta_mixed_files_two_traces_claiming_one_rank_are_refused(tmp_path):
+    """HTA's mixed_files: traces of different jobs in one folder, each claiming rank 0 (HTA keeps one and
+    logs "has the same rank"). Its inference_rank_0 and vision_transformer rank-0 files are not in the
+    mirror here; HTA's rank_non_gpu (a CPU-only trace, rank 0) and its AlexNet benchmark (a GPU trace, rank 0,
+    tests/analysis/public) make the same folder. An expert: two jobs, not two ranks of one; nothing can be
+    matched across them. dstrace stops with one line naming both files and what to do."""
+    import subprocess
+    import sys
+
+    shutil.copy(HTA_RANK_NON_GPU, tmp_path)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "public", "hta_alexnet_trace.json.gz"),
+                tmp_path / "rank-0.json.gz")
+    proc = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if "claim rank 0" in x]
+    assert "rank-0.json.gz and rank_non_gpu.json.gz" in line and "keep one trace per rank" in line

@@ -28,10 +28,25 @@ def inventory(world: int, tp: int = 1, zero3: bool = True) -> Inventory:
                      zero3_partitioned=len(weights) if zero3 else 0, module_classes={}, effective_tp=tp)
 
 
+def dtensor_inventory(tp: int) -> Inventory:
+    """The weights as transformers' `tp_plan="auto"` leaves them, as `recording.inventory` records them: DTensors
+    whose `shape` is the global one, `Shard(dim=0)` over a `tp`-rank mesh, so split = tp and the rank holds
+    1/tp of each."""
+    weights = [Weight(name=name, shape=list(shape), local_numel=shape[0] * shape[1] // tp, dtype="float32",
+                      module_class="Linear", split=float(tp), placements=f"Shard(dim=0)@tp={tp}")
+               for name, shape in WEIGHTS]
+    logical = sum(w.shape[0] * w.shape[1] for w in weights)
+    local = sum(w.local_numel for w in weights)
+    return Inventory(taken_at="generate", model_class="Toy", weights=weights, logical_numel=logical,
+                     local_numel=local, local_bytes=4 * local, logical_bytes=4 * logical, zero3_partitioned=0,
+                     module_classes={"Linear": len(weights)}, effective_tp=tp, dtensors=len(weights))
+
+
 def write_run(run_dir: str, step_ms: list[float], *, world: int = 2, gathered: int = 0, tp_requested: int | None = None,
               tp: int = 1, zero3: bool = True, refused: bool = False, deepspeed: str = "0.16.1",
-              window_steps: tuple[int, ...] = (2, 3)) -> str:
-    """A finished run of `world` ranks, each with one chat() call of the given step times."""
+              window_steps: tuple[int, ...] = (2, 3), dtensor: bool = False) -> str:
+    """A finished run of `world` ranks, each with one chat() call of the given step times; `dtensor`: its
+    weights are torch-native TP DTensors over `tp` ranks (`dtensor_inventory`) instead."""
     os.makedirs(run_dir, exist_ok=True)
     config = {"zero_optimization": {"stage": 3}}
     if tp_requested:
@@ -49,7 +64,7 @@ def write_run(run_dir: str, step_ms: list[float], *, world: int = 2, gathered: i
         if refused:
             m.exit_error = error
         else:
-            m.inventory = inventory(world, tp, zero3)
+            m.inventory = dtensor_inventory(tp) if dtensor else inventory(world, tp, zero3)
             m.calls = [GenerationCall(index=1, api="chat", model_class="Toy", wall_s=sum(step_ms) / 1e3,
                                       new_tokens=len(step_ms), step_ms=list(step_ms),
                                       gathered_bytes=[gathered] * len(step_ms))]

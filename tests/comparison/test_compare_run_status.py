@@ -73,6 +73,21 @@ def test_a_dtensor_weight_is_not_split_twice():
     assert held_fraction(Inventory(**{**inv.__dict__, "weights": [autotp], "dtensors": 0})) == 0.5
 
 
+def test_a_tp_plan_auto_run_holds_half_of_the_weights(tmp_path):
+    """Two ranks of transformers' tp_plan="auto" (no ZeRO): every weight a DTensor with its global shape,
+    split 2, the rank holding half of it. An expert reads off the manifests: each rank holds 50% of the
+    weights, TP 2.
+
+    Before (ff03bd2): the split was applied to the global shape again: "held 25%"."""
+    write_run(str(tmp_path / "tp-auto" / "rep1"), [90.0, 10.0, 99.0, 99.0, 11.0, 12.0], tp=2, zero3=False,
+              dtensor=True)
+    comparison = compare_runs([str(tmp_path)], progress=quiet)
+    (c,) = comparison.configs
+    assert c.held_fraction == 0.5 and c.effective_tp == 2
+    text = " ".join(render(comparison, "text").split())  # lines wrap
+    assert "each rank holds 50% of the weights" in text and "25%" not in text, text
+
+
 def test_one_run_per_configuration_claims_no_spread(tmp_path):
     write_run(str(tmp_path / "zero3" / "rep1"), [90.0, 10.0, 99.0, 99.0, 11.0, 12.0], gathered=4096)
     write_run(str(tmp_path / "zero3-tp" / "rep1"), [90.0, 20.0, 99.0, 99.0, 21.0, 22.0], gathered=4096,

@@ -95,8 +95,9 @@ def _hta_lines(a: Analysis) -> list[str]:
         if t:
             causes = ", ".join(f"{k} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
             overlap = s.hta.get("comm_comp_overlap_pct")
-            out.append(f"rank {r}: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%, non-compute "
-                       f"{t['non_compute_pct']:.1f}%" + (f", comm/compute overlap {overlap:.1f}%" if overlap is not None else "")
+            out.append(f"rank {r}: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
+                       + _communication_in_compute(t) + f", non-compute {t['non_compute_pct']:.1f}%"
+                       + (f", comm/compute overlap {overlap:.1f}%" if overlap is not None else "")
                        + (f"; HTA's idle causes (summed over streams, not a share of the GPU's idle): {causes}"
                           if causes else ""))
         where = s.host_time.get("in_dstrace_ranges") or {}
@@ -173,3 +174,15 @@ def terms_grid(pairs: list[tuple[str, str]]) -> Table:
 def render_text(a: Analysis, screen: Screen | None = None) -> str:
     screen = screen or Screen()
     return capture(screen, lambda console: draw(console, a, screen.verbose))
+
+
+def _communication_in_compute(temporal: dict) -> str:
+    """What of HTA's compute is communication dstrace recognised (DeepEP, custom all-reduce...), which HTA
+    types as computation: said next to HTA's compute share, never left for a reader to take as compute."""
+    typed = temporal.get("communication_in_compute_us") or {}
+    span = temporal.get("span_us") or 0.0
+    if not typed or not span > 0:
+        return ""
+    parts = " and ".join(f"{us / 1e3:.2f} ms of {lib} communication kernels ({us / span:.1%} of the span)"
+                         for lib, us in sorted(typed.items()))
+    return f" (it includes {parts}, which HTA types as computation)"
