@@ -26,11 +26,9 @@ UNNAMED_NCCL = "NCCL (kind not named)"
 P2P_KINDS = frozenset({"SendRecv", "Send", "Recv"})
 """Point-to-point kinds: matched across ranks by (sender, receiver) and order, never as a group collective."""
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-ALL_TO_ALL_RANGE = re.compile(r"^nccl:all_to_all")
-"""The range c10d's NCCL `alltoall_base` opens around the SendRecv kernel(s) it launches (`nccl:all_to_all`)."""
 NCCL_HOST_RANGE = re.compile(r"^nccl:(\w+)$")
 """c10d's host-side range around each NCCL call (`nccl:all_to_all`, `nccl:all_reduce`): it enqueues the
-transfer, which runs on the GPU."""
+transfer, which runs on the GPU; `alltoall_base` launches SendRecv kernels inside its `nccl:all_to_all`."""
 CUSTOM_COLLECTIVE_KERNELS = (
     (re.compile(r"\bcross_device_reduce_(?:1stage|2stage|half_butterfly)\b"), "AllReduce"),
     (re.compile(r"\b(?:oneShot|twoShot)AllReduceKernel\b"), "AllReduce"),

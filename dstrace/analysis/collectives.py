@@ -17,7 +17,7 @@ from dstrace.analysis import intervals
 from dstrace.analysis.model import ClockOffset, CollectiveStats, LoadedRun
 from dstrace.rankset import ranks_text
 from dstrace.trace_names import (
-    ALL_TO_ALL_RANGE, C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, NCCL_HOST_RANGE, P2P_KINDS, UNNAMED_NCCL,
+    C10D_OP, GLOO_OP, LAUNCH_CATEGORIES, NCCL_HOST_RANGE, P2P_KINDS, UNNAMED_NCCL,
     collective_kernel_kind, dtype_bytes, is_nccl_kernel, kernel_kind, kind_of, numel, p2p_side, parse_ranks,
 )
 
@@ -58,21 +58,33 @@ def _launches(events: pd.DataFrame) -> pd.DataFrame:
     return launches.drop_duplicates("correlation").set_index("correlation")
 
 
-def _launched_in_all_to_all(events: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
-    """Whether each kernel was launched inside an all-to-all range on its launching thread: c10d's
-    `nccl:all_to_all`, or a `record_param_comms` whose `Collective name` says all_to_all. Older traces
-    write no args on the kernel itself; this range is then the only evidence that SendRecv kernels are one
-    all-to-all rather than point-to-point calls."""
-    inside = np.zeros(len(kernels), dtype=bool)
+def _range_kind(name: str) -> str | None:
+    """The group collective a c10d range names (`nccl:all_to_all` -> AllToAll, `nccl:_all_gather_base` ->
+    AllGather); None for point-to-point ranges (`nccl:send`) and anything else."""
+    if not NCCL_HOST_RANGE.match(name):
+        return None
+    kind = kind_of(name.split(":", 1)[1])
+    return kind if kind not in P2P_KINDS else None
+
+
+def _launching_collective(events: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
+    """The group collective (or None) of the range each kernel was launched inside on its launching thread:
+    c10d's `nccl:<op>`, or a `record_param_comms` whose `Collective name` names one. Older traces write no
+    args on the kernel itself; this range is then the only evidence that SendRecv kernels are one call of a
+    group collective (c10d's `alltoall_base` launches them as `nccl:all_to_all`) rather than point-to-point
+    calls."""
+    kind = np.full(len(kernels), None, dtype=object)
     on_host = ~events["is_gpu"].to_numpy()
-    named = events["name"].isin([n for n in events["name"].unique() if ALL_TO_ALL_RANGE.match(str(n))]).to_numpy()
+    by_name = {n: _range_kind(str(n)) for n in events["name"].unique()}
+    range_kind = np.array(events["name"].map(by_name).astype(object), dtype=object)
     rpc = on_host & (events["name"] == "record_param_comms").to_numpy()
     if rpc.any():
-        says = events.loc[rpc, "coll_name"].map(lambda c: isinstance(c, str) and kind_of(c.strip('"')) == "AllToAll")
-        rpc[rpc] = says.to_numpy(dtype=bool)
-    ranges = events.loc[on_host & (named | rpc), ["pid", "tid", "ts", "end"]]
+        says = events.loc[rpc, "coll_name"].map(lambda c: kind_of(c.strip('"')) if isinstance(c, str) else None)
+        range_kind[rpc] = [k if k not in P2P_KINDS else None for k in says]
+    held = on_host & pd.notna(range_kind)
+    ranges = events.loc[held, ["pid", "tid", "ts", "end"]].assign(kind=range_kind[held])
     if ranges.empty or kernels.empty:
-        return inside
+        return kind
     launch = _launches(events).reindex(kernels["correlation"].to_numpy())
     for (pid, tid), r in ranges.groupby(["pid", "tid"], dropna=False, sort=False):
         here = ((launch["pid"] == pid) & (launch["tid"] == tid)).to_numpy()
@@ -83,16 +95,17 @@ def _launched_in_all_to_all(events: pd.DataFrame, kernels: pd.DataFrame) -> np.n
         # ranges nest but never overlap on one thread: the latest start before the launch holds it if any does
         idx = np.searchsorted(r["ts"].to_numpy(), ts, side="right") - 1
         reach = np.maximum.accumulate(r["end"].to_numpy())
-        inside[here] = (idx >= 0) & (ts <= reach[np.clip(idx, 0, None)])
-    return inside
+        inside = (idx >= 0) & (ts <= reach[np.clip(idx, 0, None)])
+        kind[np.flatnonzero(here)[inside]] = r["kind"].to_numpy()[idx[inside]]
+    return kind
 
 
 def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
     """NCCL kernels (and serving engines' custom all-reduce kernels) with their kind, sizes and launch time.
 
     Every NCCL kernel is read, also `ncclDevKernel_Generic`, whose kind only its args give (`UNNAMED_NCCL`
-    where they give none); SendRecv kernels are AllToAll when their args or the range they were launched
-    in say so (`trace_names.kernel_kind`)."""
+    where they give none); SendRecv kernels are AllToAll when their args say so (`trace_names.kernel_kind`),
+    and the collective of the c10d range they were launched in when there is one (`_launching_collective`)."""
     is_gpu = events["is_gpu"].to_numpy()
     names = [str(n) for n in events.loc[is_gpu, "name"].unique()]
     wanted = [n for n in names if is_nccl_kernel(n) or collective_kernel_kind(n) is not None]
@@ -103,8 +116,9 @@ def gpu_collectives(events: pd.DataFrame) -> pd.DataFrame:
                        for n, c in zip(kernels["name"], kernels["coll_name"])]
     p2p = kernels["kind"].isin(P2P_KINDS).to_numpy()
     if p2p.any():
-        in_range = _launched_in_all_to_all(events, kernels)
-        kernels.loc[p2p & in_range, "kind"] = "AllToAll"
+        in_range = _launching_collective(events, kernels)
+        named = p2p & pd.notna(in_range)
+        kernels.loc[named, "kind"] = in_range[named]
     kernels = kernels[kernels["kind"].notna()]
     size = kernels["dtype"].map(dtype_bytes)
     kernels["in_bytes"] = pd.to_numeric(kernels["in_nelems"], errors="coerce") * size

@@ -316,9 +316,10 @@ def peer_wait(ranks: dict[int, RankSummary], device: str = "gpu", mech: Mechanis
 
 
 INIT_CALLS = re.compile(r"^(?:cudaFree|cuModuleLoad|cuModuleGetFunction|cuLibraryLoad|cuLibraryGetModule|"
-                        r"cudaGetDeviceProperties|cudaFuncGetAttributes|hipFree|hipModuleLoad|cudnnCreate|cublasCreate)")
+                        r"cudaGetDeviceProperties|cudaFuncGetAttributes|hipFree|hipModuleLoad|cudnnCreate|cublasCreate|"
+                        r"cudaGraphInstantiate|hipGraphInstantiate)")
 """Runtime calls that do one-time set-up: freeing the caching allocator's blocks, loading a kernel module,
-creating a library handle. In a profiled window they are initialisation, not the steady state."""
+creating a library handle, instantiating a captured graph. In a profiled window they are initialisation, not the steady state."""
 SYNC_CALLS = re.compile(r"^(?:cudaMemcpy|cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
                         r"hipMemcpy|hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|cuMemcpyDtoH.*|"
                         r"cuCtxSynchronize)$")
@@ -363,6 +364,7 @@ def idle_causes(host_time: dict, mech: Mechanisms) -> dict[str, tuple[float, lis
     first_named = {f"first {k} call ({first_extra[k] / 1e3:.1f} ms more than its later calls)": v
                    for k, v in first_idle.items()}
     add("one-time initialisation", _matching(calls, INIT_CALLS), first_named)
+    add("graph capture", _items(host_time, "graph_capture"))
     add("input pipeline", _matching(user, INPUT_PIPELINE), _matching(ops, INPUT_PIPELINE))
     add("blocking copy", _matching(calls, SYNC_CALLS), _matching(ops, SYNC_OPS))
     add("kernel launch overhead", _matching(calls, LAUNCH_CALLS))
@@ -384,6 +386,9 @@ def _host_bound_remedy(cause: str | None, evidence: list[str], mech: Mechanisms,
     if cause == "one-time initialisation":
         return (f"warm up before the window: the idle is one-time work ({shown}), not the steady state; run a step "
                 "of the same shapes before profiling (`dstrace record --window-start N` with N past the first steps)")
+    if cause == "graph capture":
+        return (f"the window holds CUDA graph capture ({shown}), one-time set-up, not the steady state: profile "
+                "the graph's replays (start the window after the capture)")
     if cause == "input pipeline":
         return (f"the GPU waits for the next batch ({shown}): more DataLoader workers (`num_workers`), "
                 "`pin_memory=True`, `prefetch_factor`, or lighter per-sample work")
@@ -453,8 +458,10 @@ def host_bound(ranks: dict[int, RankSummary], device: str, mech: Mechanisms | No
     else:
         what = (f"{cause_name} overlaps {min(cause_us / idle, 1.0):.0%} of its GPU idle time ({', '.join(shown[:3])})"
                 if cause_name else "what the host does then is not identified")
-        cause = ("each kernel finishes before the host has launched the next one, so the GPU waits for the host; "
-                 f"on rank {worst} {what}" + (f"; the host is {place}" if place else ""))
+        how = ("kernels launched while a stream captures a CUDA graph are recorded into it, not run, so the GPU "
+               "waits until the capture ends" if cause_name == "graph capture" else
+               "each kernel finishes before the host has launched the next one, so the GPU waits for the host")
+        cause = f"{how}; on rank {worst} {what}" + (f"; the host is {place}" if place else "")
         remedy = _host_bound_remedy(cause_name, shown, mech, names, worst)
     return _finding("host-bound", order, summary,
                     {"threshold_idle_fraction": HOST_BOUND_IDLE_FRACTION,

@@ -95,10 +95,39 @@ def first_calls(ops: pd.DataFrame, idle: pd.DataFrame) -> dict[str, dict[str, fl
     return dict(top)
 
 
+CAPTURE_BEGIN = re.compile(r"^(?:cuda|hip)StreamBeginCapture")
+CAPTURE_END = re.compile(r"^(?:cuda|hip)StreamEndCapture")
+
+
+def graph_capture(ev: pd.DataFrame, idle: pd.DataFrame) -> dict[str, float]:
+    """GPU idle time inside CUDA/HIP graph capture (each BeginCapture call to the next EndCapture call on its
+    thread): kernels launched while a stream captures are recorded into the graph, not run, so the GPU idles
+    however fast the host is. {"cudaStreamBeginCapture to cudaStreamEndCapture": us}, {} without capture."""
+    calls = ev.loc[ev["cat"].isin(LAUNCH_CATEGORIES), ["name", "pid", "tid", "ts", "end"]]
+    names = calls["name"].astype(str)
+    begin, end = names.str.match(CAPTURE_BEGIN), names.str.match(CAPTURE_END)
+    if idle.empty or not begin.any() or not end.any():
+        return {}
+    starts, ends, label = [], [], None
+    for _, g in calls[begin | end].assign(is_begin=begin[begin | end]).sort_values("ts").groupby(["pid", "tid"]):
+        opened = None
+        for ts, stop, is_begin, name in zip(g["ts"], g["end"], g["is_begin"], g["name"].astype(str)):
+            if is_begin:
+                opened = ts if opened is None else opened
+                label = label or f"{name} to {name.replace('BeginCapture', 'EndCapture')}"
+            elif opened is not None:
+                starts.append(opened)
+                ends.append(stop)
+                opened = None
+    us = intervals.intersection_total(idle, intervals.merge(starts, ends)) if starts else 0.0
+    return {label: us} if us > 0 else {}
+
+
 def host_during_idle(ev: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> dict:
     """GPU idle time per host range kind, per outermost CPU op, per runtime call (launches, copies,
     synchronisation, module loads) and per other user range (`enumerate(DataLoader)...`) overlapping it,
-    largest first; and the ops whose first call is one-time work (`first_calls`)."""
+    largest first; the ops whose first call is one-time work (`first_calls`); and, where the trace captures a
+    CUDA graph, the idle time inside the capture (`graph_capture`)."""
     idle = gpu_idle(ev)
     out = {"gpu_idle_us": intervals.total(idle), "host_wait_us": host_wait(ev, idle), "in_dstrace_ranges": {},
            "top_cpu_ops": {}, "runtime_calls": {}, "user_ranges": {}, "first_calls": first_calls(ops, idle)}
@@ -115,6 +144,8 @@ def host_during_idle(ev: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) 
     user = ev.loc[(ev["cat"] == "user_annotation") & ~ev["name"].str.startswith("dstrace/")
                   & ~ev["name"].str.startswith("ProfilerStep#"), ["name", "ts", "end"]]
     out["user_ranges"] = _overlap_by_name(idle, user, user["name"])
+    if capture := graph_capture(ev, idle):
+        out["graph_capture"] = capture
     return out
 
 

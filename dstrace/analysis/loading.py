@@ -384,8 +384,8 @@ def _odd_events(path: str, data: dict) -> list[str]:
                    "what a profiler writes; its breakdowns may be wrong")
     if checks.get("overlaps"):
         out.append(f"{name}: {checks['overlaps']} event(s) start inside the event before them on the same thread "
-                   f"and end more than {tracefile.OVERLAP_TOLERANCE_US:g} us after it (overlapping, not nested): "
-                   "not what a profiler writes; its breakdowns may be wrong")
+                   f"and end more than {tracefile.OVERLAP_TOLERANCE_US:g} us after it (overlapping, not nested): the host "
+                   "breakdowns take a thread's events as nested and may be off around them")
     if checks.get("duplicate_keys"):
         keys = ", ".join(sorted(set(checks["duplicate_keys"])))[:200]
         out.append(f"{name}: {len(checks['duplicate_keys'])} key(s) given twice in one object ({keys}); the last of "

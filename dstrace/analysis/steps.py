@@ -117,7 +117,8 @@ def decode_steps(steps: pd.DataFrame, source: str | None) -> pd.DataFrame:
 
 
 def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -> tuple[pd.Series, str | None]:
-    """Bytes gathered per (rank, step): dstrace zero3.allgather ranges, else AllGather collectives' bytes."""
+    """Bytes gathered per (rank, step): dstrace zero3.allgather ranges, else AllGather collectives' bytes
+    (only when every one has its size)."""
     ranks = sorted(run.traces)
     gathers = [run.traces[r].reduced.gathers for r in ranks]
     rank_col = np.repeat(ranks, [len(g) for g in gathers]).astype("int64")
@@ -126,8 +127,10 @@ def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -
     source = "dstrace/zero3.allgather ranges"
     if not len(ts) and not coll.empty:
         ag = coll[coll["kind"] == "AllGather"]
-        rank_col, ts = ag["rank"].to_numpy(dtype="int64"), ag["host_ts"].to_numpy(dtype=float)
-        nbytes, source = ag["bytes"].to_numpy(dtype=float), "AllGather collectives"
+        if (pd.to_numeric(ag["bytes"], errors="coerce").fillna(0) > 0).all():
+            # a per-step sum with sizes missing (older NCCL writes none) would be a made-up figure: none then
+            rank_col, ts = ag["rank"].to_numpy(dtype="int64"), ag["host_ts"].to_numpy(dtype=float)
+            nbytes, source = ag["bytes"].to_numpy(dtype=float), "AllGather collectives"
     if not len(ts) or steps.empty:
         return pd.Series(dtype=float), None
     firsts = steps.drop_duplicates(["rank", "step"]).sort_values(["rank", "step"], kind="stable")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis, Finding
+from dstrace.analysis.steps import MANIFEST_COVERS
 from dstrace.rankset import ranges, ranks_text
 
 
@@ -213,10 +214,10 @@ def step_time_line(a: Analysis) -> str | None:
     if s is None or s.ms_per_step is None:
         return None
     noun = "decode step" if s.decode else "step"
-    counted = (f"{s.ms_per_step_samples} step times ({s.ms_per_step_per_rank} per rank, {s.ms_per_step_ranks} "
-               f"rank{'' if s.ms_per_step_ranks == 1 else 's'})" if s.ms_per_step_ranks else
-               f"{s.ms_per_step_samples} step times")
-    return f"{s.ms_per_step:.1f} ms per {noun}: median of {counted}: {s.ms_per_step_covers}"
+    times = "median of " + (f"{s.ms_per_step_samples} step times" if s.ms_per_step_samples != 1 else "1 step time")
+    counted = (f"{times} ({s.ms_per_step_per_rank} per rank, {s.ms_per_step_ranks} "
+               f"rank{'' if s.ms_per_step_ranks == 1 else 's'})" if s.ms_per_step_ranks else times)
+    return f"{s.ms_per_step:.1f} ms per {noun}: {counted}: {s.ms_per_step_covers}"
 
 
 def steps_line(a: Analysis) -> str | None:
@@ -227,8 +228,12 @@ def steps_line(a: Analysis) -> str | None:
     if s.source == "manifest step_ms":
         line = "no profiled steps in the traces"
     else:
+        # from the traces alone, as many steps timed as traced: no manifest marked the start and stop steps
+        kept_all = s.ms_per_step_covers not in (None, MANIFEST_COVERS) and s.ms_per_step_per_rank >= s.count
+        left = ("every traced step in the median" if kept_all else
+                "steps where it started or stopped left out of the median")
         line = (f"profiled window: {s.count} {noun} per call and rank, median {s.ms_median:.1f} ms/step "
-                f"({s.source}, profiler overhead included; steps where it started or stopped left out of the median)")
+                f"({s.source}, profiler overhead included; {left})")
     if s.profiler_cost:
         line += f"; {s.profiler_cost['line']}"
     if s.gathered_bytes_median is not None:
