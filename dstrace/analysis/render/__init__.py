@@ -1,8 +1,12 @@
 """Renderers of an `Analysis`: text (terminal), json (`dstrace.analysis/1`), markdown (GitHub issue), html."""
 from __future__ import annotations
 
-from dstrace.analysis.model import Analysis
+from typing import TYPE_CHECKING
+
 from dstrace.analysis.render.terminal import Screen
+
+if TYPE_CHECKING:  # the model imports pandas: a kept report is printed without it (`report_cache`)
+    from dstrace.analysis.model import Analysis
 
 
 def render(analysis: Analysis, fmt: str, screen: Screen | None = None) -> str:
