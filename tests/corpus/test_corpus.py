@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.corpus import make_twins
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DATA = os.path.join(HERE, "data")
-sys.path.insert(0, HERE)
-
-import make_twins  # noqa: E402  (tests/corpus on the path first)
 
 CUPTI_RANGE = "a CUDA trace without kernel activity (CUPTI profiler ranges) is called CPU-only"
 

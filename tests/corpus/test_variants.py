@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from test_corpus import analyze, assert_no_traceback
+from tests.corpus.test_corpus import analyze, assert_no_traceback
 
 KINDS = {
     "cuda": {"device": "NVIDIA H100 80GB HBM3", "kernel": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn",
