@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import msgspec
 
+from dstrace import process_group
 from dstrace.errors import UserError
 
 SWEEP_SCHEMA = "dstrace.sweep/1"
@@ -117,18 +118,24 @@ def finished_run(run_dir: str) -> dict | None:
     return run
 
 
-def _stop(child: subprocess.Popen) -> None:
-    """SIGTERM to the recorder's whole process group (it and the ranks write their files), then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 10.0)):
+def run_recorder(run_dir: str, argv: list[str], env: dict, timeout: float | None) -> tuple[int | None, float]:
+    """One `dstrace record` in its own process group, its output in `run_dir.log`: (exit code, or None when
+    it ran past `timeout`; wall seconds). Ctrl-C or a stop ends the recorder's whole group, then re-raises."""
+    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    t0 = time.monotonic()
+    with open(f"{run_dir}.log", "w") as log:
+        log.write(" ".join(argv) + "\n")
+        log.flush()
+        child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=wait)
-            return
+            code = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            continue
+            process_group.stop(child, TERM_GRACE_S)
+            code = None
+        except (KeyboardInterrupt, SweepStopped):
+            process_group.stop(child, TERM_GRACE_S)
+            raise
+    return code, round(time.monotonic() - t0, 1)
 
 
 def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutcome:
@@ -137,27 +144,13 @@ def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutco
     run_dir = os.path.join(out, config.name, f"rep{repeat}")
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)  # an unfinished attempt: start it again
-    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
     env = dict(os.environ)
     env.update({k: expand_env(v, os.environ) for k, v in config.env.items()})
     command = [sys.executable, "-m", "dstrace.cli", "record", "-o", run_dir, "--", *config.command]
-    t0 = time.monotonic()
-    with open(f"{run_dir}.log", "w") as log:
-        log.write(" ".join(command) + "\n")
-        log.flush()
-        child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _stop(child)
-            code = None
-        except (KeyboardInterrupt, SweepStopped):
-            _stop(child)
-            raise
-    wall = time.monotonic() - t0
+    code, wall = run_recorder(run_dir, command, env, timeout)
     run = _run_record(run_dir) or {}
     status = "timed out" if code is None else run.get("status", "not recorded")
-    return RunOutcome(config.name, repeat, run_dir, status, code, round(wall, 1), False)
+    return RunOutcome(config.name, repeat, run_dir, status, code, wall, False)
 
 
 def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcomes: list[RunOutcome]) -> None:

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -51,24 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _record(run_dir: str, command: list[str], env: dict, mode: str, timeout: float | None):
     """One `dstrace record` run in a subprocess; (exit code or None when timed out, wall seconds)."""
-    from dstrace.comparison.sweep import SweepStopped, _stop
+    from dstrace.comparison.sweep import run_recorder
 
-    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
     argv = [sys.executable, "-m", "dstrace.cli", "record", "--mode", mode, "-o", run_dir, "--", *command]
-    t0 = time.monotonic()
-    with open(f"{run_dir}.log", "w") as log:
-        log.write(" ".join(argv) + "\n")
-        log.flush()
-        child = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _stop(child)
-            code = None
-        except (KeyboardInterrupt, SweepStopped):
-            _stop(child)
-            raise
-    return code, round(time.monotonic() - t0, 1)
+    return run_recorder(run_dir, argv, env, timeout)
 
 
 def _manifests(run_dir: str) -> dict:

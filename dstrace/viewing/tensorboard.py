@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.request
 
+from dstrace import process_group
 from dstrace.errors import UserError
 from dstrace.runfolder.names import TRACE_SUFFIXES
 from dstrace.say import say
@@ -168,16 +169,7 @@ def serve(run_dir: str, port: int = 0) -> int:
 
 def _stop(proc: subprocess.Popen) -> None:
     """TensorBoard and the plugin's parsers, all of its process group."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+    process_group.stop(proc, 10.0)
     if proc.stdout:
         proc.stdout.close()
 
