@@ -85,8 +85,8 @@ SETS = (
               Expect(device="cpu", world_size=300, ranks_found=(34,), steps=1,
                      # 10 gloo:all_reduce in the trace (two threads); 2 start inside the one ProfilerStep, the span
                      collectives={"AllReduce": 2},
-                     # gloo ops, not kernels; busbw's n is the process group of 300 its distributedInfo records
-                     says=("n = the process group's size as the trace records it",),
+                     # gloo ops, not kernels; busbw's n is the world of 300 the trace records, not the 1 rank found
+                     says=("n = the group size the trace records",),
                      never_says=("collective kernel time",))),
     CorpusSet("hta-alexnet", (HTA + "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",),
               Expect(device="gpu", world_size=1, ranks_found=(0,), steps=0, collectives={}, idle_pct=99.5)),

@@ -94,8 +94,8 @@ HOST_LEGEND = dict(LEGEND) | {
                       "far apart): it may be either; the warnings say why",
     "algbw": "bytes / op time, wait included (nccl-tests' algorithm bandwidth, GB = 1e9 B)",
     "busbw": "algbw x the nccl-tests factor of the kind ((n-1)/n for AllGather, 2(n-1)/n for AllReduce), n = the "
-             "process group's size as the trace records it, not the ranks found here; over host op time, so any "
-             "waiting and host work lower it",
+             "group size the trace records (the op's Group size arg, else the world size), not the ranks found "
+             "here; over host op time, so any waiting and host work lower it",
 }
 """The same terms for CPU-only and host-only traces, where every time is a host time."""
 
