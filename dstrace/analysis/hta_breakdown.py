@@ -364,7 +364,9 @@ def rank_breakdowns(path: str, meta: dict, columns: Columns, helper=None) -> Cal
                 t = _trace(path, meta, columns)
         except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
             done = None
-            skipped = f"HTA could not load the trace ({type(exc).__name__}: {exc}); HTA breakdowns skipped"
+            skipped = ("HTA could not read this trace, so its breakdown is left out; the rest of the report (time per "
+                       "rank, steps, collectives, findings) is dstrace's own and still covers it "
+                       f"(HTA's error: {type(exc).__name__}: {exc})")
         else:
             taken.append(helper is not None and helper.submit(run_breakdowns, t, HELPER_SHARE))
             share = HELPER_SHARE if taken[-1] else ()

@@ -37,7 +37,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     unknown = _unknown_world_warning(run, coll)
     if unknown:
         warnings.append(unknown)
-    notes.extend(_unknown_sizes_note(coll))
+    notes.extend(_unknown_sizes_note(coll, device))
     hosts = {r: t.host for r, t in run.traces.items()}
     withhold_all = alignment.host_only_reason(run)
     coll, clock, align_warnings = alignment.align(coll, step_df, hosts, clock_policy, withhold_all)
@@ -180,10 +180,16 @@ def _accelerator_warning(accelerators: dict[str, dict], device: str) -> str:
             f"CUDA, ROCm and XPU traces only, so {scope}; open the traces in HTA or Perfetto for the device")
 
 
-def _unknown_sizes_note(coll: pd.DataFrame) -> list[str]:
-    if len(coll) and (coll["bytes"] == 0).all():
-        return ["collective sizes are unknown in these traces (profile with record_shapes=True on CPU)"]
-    return []
+def _unknown_sizes_note(coll: pd.DataFrame, device: str) -> list[str]:
+    """Why no size is known, in the words of the trace kind: GPU sizes come from the kernels' args, host ones
+    from the ops' recorded shapes."""
+    if not (len(coll) and (coll["bytes"] == 0).all()):
+        return []
+    if device == "gpu":
+        return ["collective sizes are unknown in these traces: their NCCL kernels carry no size args (an older "
+                "NCCL or torch writes none)"]
+    return ["collective sizes are unknown in these traces: the collective ops carry no shapes (profile with "
+            "record_shapes=True)"]
 
 
 def _waits_over_time(coll: pd.DataFrame) -> pd.DataFrame:

@@ -89,7 +89,13 @@ HOST_LEGEND = dict(LEGEND) | {
     "other busy": "other host work counted as busy",
     "idle": "no CPU op runs on the rank's traced threads (Python, the framework and the launcher between ops)",
     "time / wait / transfer": "a collective kind's summed op time, split as above (overlap with compute included)",
+    "split withheld": "collective op time, not overlapped by compute, whose wait/transfer split the traces "
+                      "cannot support (a peer without a trace, a point-to-point call without its peer, clocks too "
+                      "far apart): it may be either; the warnings say why",
     "algbw": "bytes / op time, wait included (nccl-tests' algorithm bandwidth, GB = 1e9 B)",
+    "busbw": "algbw x the nccl-tests factor of the kind ((n-1)/n for AllGather, 2(n-1)/n for AllReduce), n = the "
+             "group size the trace records (the op's Group size arg, else the world size), not the ranks found "
+             "here; over host op time, so any waiting and host work lower it",
 }
 """The same terms for CPU-only and host-only traces, where every time is a host time."""
 

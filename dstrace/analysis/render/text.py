@@ -124,7 +124,9 @@ def _hta_lines(a: Analysis) -> list[str]:
     out = []
     for r, s in sorted(a.ranks.items()):
         t = s.hta.get("temporal")
-        if t:
+        if t and s.sparse:
+            out.append(f"rank {r}: HTA's shares left out: {s.sparse}, too little to split (as in the table above)")
+        elif t:
             causes = ", ".join(f"{k} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
             overlap = s.hta.get("comm_comp_overlap_pct")
             out.append(f"rank {r}: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
