@@ -29,4 +29,5 @@ def host_only_reason(run) -> str | None:
     """Why no call of a run gets a split when only its host side is read (`LoadedRun.device` "host-only")."""
     if run.device != "host-only":
         return None
-    return f"host-side ops of {' and '.join(run.accelerators)} traces, which launch the transfer rather than do it"
+    traces = f"{' and '.join(run.accelerators)} traces" if run.accelerators else "a GPU job traced without its GPU"
+    return f"host-side ops of {traces}, which launch the transfer rather than do it"

@@ -23,8 +23,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DATA = os.path.join(HERE, "data")
 
-CUPTI_RANGE = "a CUDA trace without kernel activity (CUPTI profiler ranges) is called CPU-only"
-
 
 @dataclass(frozen=True)
 class Expect:
@@ -84,12 +82,23 @@ SETS = (
     CorpusSet("hta-cuda-event-sync", (HTA + "critical_path/cuda_event_sync/event_sync_trace.json.gz",),
               Expect(device="gpu", ranks_found=(0,), steps=1, collectives={}, idle_pct=80.6)),
     CorpusSet("hta-cupti-profiler", (HTA + "cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz",),
-              Expect(device="gpu", world_size=1, ranks_found=(0,), steps=0, xfail={"device": CUPTI_RANGE})),
+              # 1,862 CUDA runtime calls and 77 CUPTI profiler ranges, no kernel: a GPU job, its device side untraced
+              Expect(device="host-only", world_size=1, ranks_found=(0,), steps=0,
+                     says=("GPU job profiled without its GPU activity (host times only)",
+                           "wrote 1862 CUDA runtime calls, 77 CUPTI profiler ranges"),
+                     never_says=("CPU-only", "gloo / c10d"))),
     CorpusSet("hta-distributed-info-missing",
               (HTA + "distributed_info_unavailable/distributed_info_not_found.json.gz",),
-              Expect(ranks_found=(0,), steps=1)),
+              # 6 nccl:all_to_all host ranges, no kernel: an NCCL job profiled without its GPU activity
+              Expect(device="host-only", ranks_found=(0,), steps=1,
+                     says=("GPU job profiled without its GPU activity (host times only)",
+                           "c10d's nccl:* ranges: 6 AllToAll (353.8 MB)"),
+                     never_says=("CPU-only", "gloo / c10d"))),
     CorpusSet("hta-rank-missing", (HTA + "rank_unavailable/rank_not_found.json.gz",),
-              Expect(ranks_found=(0,), steps=1)),
+              Expect(device="host-only", ranks_found=(0,), steps=1,
+                     says=("GPU job profiled without its GPU activity (host times only)",
+                           "c10d's nccl:* ranges: 6 AllToAll (353.8 MB)"),
+                     never_says=("CPU-only", "gloo / c10d"))),
     CorpusSet("hta-mtia-inference", (HTA + "mtia_inference_trace/mtia_inference_rank_0.json.gz",),
               Expect(device="host-only", world_size=1, ranks_found=(0,), steps=0, accelerator="MTIA")),
     CorpusSet("hta-mtia-single-rank", (HTA + "mtia_trace_single_rank/mtia_rank_0.json.gz",),
