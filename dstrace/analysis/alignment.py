@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dstrace.analysis.clocks import apply_offsets, estimate_clock_offsets
+from dstrace.analysis.clocks import apply_offsets, estimate_clock_offsets, refuse_unsupported
 from dstrace.analysis.matching import match_collectives
 from dstrace.analysis.model import ClockOffset
 from dstrace.analysis.peer_wait import split_wait, withhold
@@ -21,6 +21,8 @@ def align(coll: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict[int, str |
     offsets = estimate_clock_offsets(coll, hosts, policy)
     # each step returns a new frame: rebinding `coll` lets the one before go (millions of calls at 10,000 ranks)
     coll = apply_offsets(coll, offsets)
+    coll, refused = refuse_unsupported(coll, offsets)
+    warnings = warnings + refused
     coll = withhold(coll, offsets, withhold_all)
     return split_wait(coll), offsets, warnings
 
