@@ -20,6 +20,10 @@ ACCELERATOR_CATEGORIES = {
 }
 """Categories Kineto writes for accelerators whose device timeline dstrace does not read (category ->
 accelerator): a trace holding them is not CPU-only, and its host times are not the whole story."""
+GPU_HOST_CATEGORIES = {"cuda_runtime": "CUDA runtime calls", "cuda_driver": "CUDA driver calls",
+                       "cuda_profiler_range": "CUPTI profiler ranges"}
+"""Host-side categories only a GPU job writes (category -> what they are): on a trace without GPU activity they
+show a GPU job profiled without its device side, not a CPU-only one."""
 UNNAMED_NCCL = "NCCL (kind not named)"
 """The kind of an NCCL kernel whose name and args name no collective (`ncclDevKernel_Generic` without
 `Collective name` args): its time is counted, but no call on another rank can be told to be the same."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dstrace.analysis.clocks import apply_offsets, estimate_clock_offsets
+from dstrace.analysis.clocks import apply_offsets, estimate_clock_offsets, refuse_unsupported
 from dstrace.analysis.matching import match_collectives
 from dstrace.analysis.model import ClockOffset
 from dstrace.analysis.peer_wait import split_wait, withhold
@@ -21,6 +21,8 @@ def align(coll: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict[int, str |
     offsets = estimate_clock_offsets(coll, hosts, policy)
     # each step returns a new frame: rebinding `coll` lets the one before go (millions of calls at 10,000 ranks)
     coll = apply_offsets(coll, offsets)
+    coll, refused = refuse_unsupported(coll, offsets)
+    warnings = warnings + refused
     coll = withhold(coll, offsets, withhold_all)
     return split_wait(coll), offsets, warnings
 
@@ -29,4 +31,5 @@ def host_only_reason(run) -> str | None:
     """Why no call of a run gets a split when only its host side is read (`LoadedRun.device` "host-only")."""
     if run.device != "host-only":
         return None
-    return f"host-side ops of {' and '.join(run.accelerators)} traces, which launch the transfer rather than do it"
+    traces = f"{' and '.join(run.accelerators)} traces" if run.accelerators else "a GPU job traced without its GPU"
+    return f"host-side ops of {traces}, which launch the transfer rather than do it"

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis.model import ClockOffset
+from dstrace.rankset import ranks_text
 
 RESIDUAL_MAX_SHARE = 0.25
 """A rank's clock may be off by about its residual, and so may each start time the split compares. Above a
@@ -94,13 +95,43 @@ def apply_offsets(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> pd.Dat
         coll[col] = coll[col] - shift
     if coll.empty:
         return coll
+    _record_residuals(coll, offsets)
+    return coll
+
+
+def _record_residuals(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> None:
     residual, calls, present = _residuals(coll, offsets)
     for r, o in offsets.items():
         if o.via is None or r not in present or o.via not in present:
             continue
         o.residual_us = residual.get(r)
         o.call_median_us = calls.get(r)
-    return coll
+
+
+def refuse_unsupported(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> tuple[pd.DataFrame, list[str]]:
+    """Take back the offsets these collectives do not measure, and say why: where a shifted rank's ends still
+    differ from its peer's by more than the shift itself, and by more than the calls allow (`doubtful_clocks`),
+    the shift moved the rank by an amount the ends do not support. Its times stay on its own clock (the
+    residuals are measured again without the shift)."""
+    refused = {r: o for r, o in doubtful_clocks(coll, offsets).items()
+               if o.applied and o.residual_us > abs(o.offset_us)}
+    if not refused:
+        return coll, []
+    worst = max(refused, key=lambda r: refused[r].residual_us)
+    o = refused[worst]
+    offsets_of = "clock offsets of" if len(refused) > 1 else "clock offset of"
+    line = (f"{offsets_of} {ranks_text(refused)} not applied: rank {worst}'s estimate from the ends of "
+            f"{o.matched} collectives matched with rank {o.via} is {o.offset_us:+.1f} us, yet after that shift "
+            f"their ends still differ by {o.residual_us:.1f} us (median), more than the shift itself: these "
+            "collectives do not align the clocks, so the times of each rank stay on its own clock")
+    coll = coll.copy()
+    shift = coll["rank"].map({r: refused[r].offset_us for r in refused}).fillna(0.0)
+    for col in ("ts", "end", "host_ts"):
+        coll[col] = coll[col] + shift
+    for r in refused.values():
+        r.applied = False
+    _record_residuals(coll, offsets)
+    return coll, [line]
 
 
 def _residuals(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> tuple[dict, dict, set]:

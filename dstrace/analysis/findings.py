@@ -321,7 +321,7 @@ INIT_CALLS = re.compile(r"^(?:cudaFree|cuModuleLoad|cuModuleGetFunction|cuLibrar
 """Runtime calls that do one-time set-up: freeing the caching allocator's blocks, loading a kernel module,
 creating a library handle, instantiating a captured graph. In a profiled window they are initialisation, not the steady state."""
 SYNC_CALLS = re.compile(r"^(?:cudaMemcpy|cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
-                        r"hipMemcpy|hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|cuMemcpyDtoH.*|"
+                        r"hipMemcpy|hipMemcpyWithStream|hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|cuMemcpyDtoH.*|"
                         r"cuCtxSynchronize)$")
 """Runtime calls that block the host until the device is done (cudaMemcpy is synchronous; the Async form is not)."""
 SYNC_OPS = re.compile(r"^aten::(?:item|_local_scalar_dense|cpu)$")
@@ -371,6 +371,35 @@ def idle_causes(host_time: dict, mech: Mechanisms) -> dict[str, tuple[float, lis
     hooks = host_time.get("zero3_hooks_us")
     if mech.zero3 and isinstance(hooks, (int, float)) and not isinstance(hooks, bool):
         add("ZeRO-3 hooks", {"all": float(hooks)}, labels=[k for k in ranges if k.startswith("zero3.")])
+    return out
+
+
+BLOCKED_IDLE_SHARE = 0.5
+"""Name the host calls that wait for the device when they overlap over half of a rank's GPU idle time."""
+
+
+def blocking_call_notes(ranks: dict[int, RankSummary], device: str) -> list[str]:
+    """Per GPU rank idle for a large share of its span whose idle time lies mostly inside host calls that wait
+    for the device (SYNC_CALLS), where host-bound does not read it (the kernel that ends each gap was launched
+    already): name those calls. The host waited in them for a GPU that ran nothing; what the GPU waited on is
+    not in the events."""
+    if device != "gpu":
+        return []
+    out = []
+    for r, s in sorted(ranks.items()):
+        idle, share = s.host_time.get("gpu_idle_us"), host_wait_share(s.host_time)
+        if share is None or share >= HOST_BOUND_HOST_WAIT_SHARE or not s.span_us > 0 \
+                or s.idle_us / s.span_us < HOST_BOUND_IDLE_FRACTION:
+            continue
+        calls = _matching(_items(s.host_time, "runtime_calls"), SYNC_CALLS)
+        if not calls:
+            continue
+        name, us = max(calls.items(), key=lambda kv: kv[1])
+        if us >= BLOCKED_IDLE_SHARE * idle:
+            out.append(f"rank {r}: {us / 1e3:.1f} ms of the GPU's {idle / 1e3:.1f} ms idle time overlaps host {name} "
+                       "calls, which return only once the device is done: the host waited there while the GPU ran "
+                       "nothing, and the next kernel was already launched, so the host did not hold the GPU up. "
+                       f"What the GPU waited on is not identified: open the trace at the {name} call")
     return out
 
 

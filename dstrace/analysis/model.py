@@ -63,14 +63,22 @@ class LoadedRun:
     @property
     def device(self) -> str:
         """"gpu" when any rank has GPU kernels; "host-only" when none has, but a trace holds the activity of an
-        accelerator dstrace does not read (MTIA, HPU): its host side is all that is analyzed; "cpu" when
+        accelerator dstrace does not read (MTIA, HPU), or the host side of a GPU job whose GPU activity is not in
+        the traces (`gpu_job_untraced`): its host side is all that is analyzed; "cpu" when
         there are only CPU events (the analysis then reads CPU-side collectives); "none" when no trace was
         recorded (manifests only)."""
         if not self.traces:
             return "none"
         if any(t.has_gpu for t in self.traces.values()):
             return "gpu"
-        return "host-only" if self.accelerators else "cpu"
+        return "host-only" if self.accelerators or self.gpu_job_untraced else "cpu"
+
+    @property
+    def gpu_job_untraced(self) -> bool:
+        """Whether a rank without GPU activity shows a GPU job on its host: CUDA runtime calls, CUPTI profiler
+        ranges or c10d's nccl:* ranges (a GPU job profiled without its GPU activity, not a CPU-only one)."""
+        return any(not t.has_gpu and (t.reduced.gpu_host_events or t.reduced.nccl_host_calls)
+                   for t in self.traces.values())
 
     @property
     def accelerators(self) -> dict[str, dict]:

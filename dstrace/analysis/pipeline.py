@@ -9,6 +9,7 @@ from dstrace.analysis import (alignment, clocks, collectives, findings, hta_brea
                               utilization)
 from dstrace.analysis.model import Analysis, LoadedRun, RankSummary, StepSeries
 from dstrace.rankset import ranks_text
+from dstrace.trace_names import GPU_HOST_CATEGORIES
 
 
 def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
@@ -20,10 +21,13 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
                      "not the traces (dstrace analyze --source traces reads those)")
     if device == "none":
         notes.append("no traces were recorded: findings come from the dstrace manifests only")
+    elif device == "host-only" and run.gpu_job_untraced:
+        notes.append(_gpu_job_untraced_note(run))
     elif device == "cpu":
-        notes.append(_nccl_without_gpu_note(run) or (
-            "no GPU kernels in any trace: analyzed the CPU-side collective ops (gloo / c10d) instead; "
-            "all times are host times and HTA's GPU breakdowns do not apply"))
+        read = ("analyzed the CPU-side collective ops (gloo / c10d) instead; "
+                if any(len(t.reduced.collectives) for t in run.traces.values()) else "")
+        notes.append(f"no GPU kernels in any trace: {read}all times are host times and HTA's GPU breakdowns do "
+                     "not apply")
     elif device == "gpu":
         for r, t in sorted(run.traces.items()):
             if not t.has_gpu:
@@ -75,6 +79,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     if libraries:
         notes.append(libraries)
     step_summary = steps_mod.summarize_steps(run, step_df, step_source, coll)
+    notes.extend(findings.blocking_call_notes({r: s for r, s in summaries.items() if not s.sparse}, device))
     found = findings.all_findings(run, summaries, step_summary)
     if run.source == "summaries":
         notes.extend(_trace_pointers(run, found))
@@ -148,24 +153,30 @@ def _unknown_world_warning(run: LoadedRun, coll: pd.DataFrame) -> str | None:
             "trace here")
 
 
-def _nccl_without_gpu_note(run: LoadedRun) -> str | None:
-    """A trace without GPU activity whose host enqueued NCCL calls is a GPU job profiled without its GPU: say
-    so, and that its communication ran outside the trace."""
+def _gpu_job_untraced_note(run: LoadedRun) -> str:
+    """A trace without GPU activity whose host shows a GPU job (CUDA runtime calls, CUPTI profiler ranges,
+    enqueued NCCL calls) is a GPU job profiled without its GPU: say so, what shows it, and that its device
+    work, communication included, ran outside the trace."""
     calls: dict[str, list[int]] = {}
+    events: dict[str, int] = {}
     for t in run.traces.values():
         for kind, c in t.reduced.nccl_host_calls.items():
             counted = calls.setdefault(kind, [0, 0])
             counted[0] += int(c["count"])
             counted[1] += int(c["bytes"])
-    if not calls:
-        return None
-    ranks = {r for r, t in run.traces.items() if t.reduced.nccl_host_calls}
-    listed = ", ".join(f"{n} {kind} ({b / 1e6:.1f} MB)" if b else f"{n} {kind}"
-                       for kind, (n, b) in sorted(calls.items()))
+        for cat, n in t.reduced.gpu_host_events.items():
+            events[cat] = events.get(cat, 0) + int(n)
+    ranks = {r for r, t in run.traces.items() if t.reduced.nccl_host_calls or t.reduced.gpu_host_events}
+    written = ", ".join(f"{events[cat]} {what}" for cat, what in GPU_HOST_CATEGORIES.items() if events.get(cat))
+    shown = [f"wrote {written}"] if written else []
+    if calls:
+        listed = ", ".join(f"{n} {kind} ({b / 1e6:.1f} MB)" if b else f"{n} {kind}"
+                           for kind, (n, b) in sorted(calls.items()))
+        shown.append(f"enqueued NCCL calls (c10d's nccl:* ranges: {listed})")
+    comm = ("Its transfers ran on the GPU, outside these traces: no collective time, peer wait or bandwidth is "
+            "read from them, and all" if calls else "All")
     return (f"no GPU activity in any trace (no kernel, copy or memset), yet the host of {ranks_text(ranks)} "
-            f"enqueued NCCL calls (c10d's nccl:* ranges: {listed}): a GPU job profiled without its GPU activity. "
-            "Its transfers ran on the GPU, outside these traces: no collective time, peer wait or bandwidth is "
-            "read from them, and all times here are host times")
+            f"{' and '.join(shown)}: a GPU job profiled without its GPU activity. {comm} times here are host times")
 
 
 def _accelerator_warning(accelerators: dict[str, dict], device: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import collectives, host, utilization
-from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, DSTRACE_STEP, PROFILER_STEP
+from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, GPU_HOST_CATEGORIES, DSTRACE_STEP, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
 """Where step ranges come from, most informative first: the run uses the first source any rank has."""
@@ -36,6 +36,7 @@ class RankReduction:
     step_work: list = field(default_factory=list)  # `step_work`: per step, GPU kernel time and host work by name
     accelerator_events: dict = field(default_factory=dict)  # category -> events, of ACCELERATOR_CATEGORIES
     nccl_host_calls: dict = field(default_factory=dict)  # `collectives.nccl_host_calls`, ranks without GPU activity
+    gpu_host_events: dict = field(default_factory=dict)  # `gpu_host_events`, ranks without GPU activity
 
 
 def accelerator_events(events: pd.DataFrame) -> dict[str, int]:
@@ -43,6 +44,13 @@ def accelerator_events(events: pd.DataFrame) -> dict[str, int]:
     the trace is not CPU-only even without a kernel."""
     counts = events.loc[events["cat"].isin(ACCELERATOR_CATEGORIES), "cat"].value_counts()
     return {str(c): int(n) for c, n in sorted(counts.items()) if n}  # a categorical counts its absent values too
+
+
+def gpu_host_events(events: pd.DataFrame) -> dict[str, int]:
+    """Events of each host category only a GPU job writes (GPU_HOST_CATEGORIES): on a rank without GPU activity,
+    the sign that its device side was not traced."""
+    counts = events.loc[events["cat"].isin(GPU_HOST_CATEGORIES), "cat"].value_counts()
+    return {str(c): int(n) for c, n in sorted(counts.items()) if n}
 
 
 def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
@@ -139,6 +147,7 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: Callable[[], dict] |
     reduced = RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
                             utilization=util, host_time=host_time, step_work=step_work(events, steps, *work),
                             accelerator_events=accelerator_events(events),
-                            nccl_host_calls={} if has_gpu else collectives.nccl_host_calls(events))
+                            nccl_host_calls={} if has_gpu else collectives.nccl_host_calls(events),
+                            gpu_host_events={} if has_gpu else gpu_host_events(events))
     reduced.hta = hta() if has_gpu and hta is not None else None
     return reduced

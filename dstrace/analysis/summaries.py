@@ -206,6 +206,8 @@ def _check(data: dict, reduced: RankReduction | None, frames_checked: bool = Fal
             and isinstance(u.get("comm_libraries_us", {}), dict)
             and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
             and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))
+            and isinstance(reduced.gpu_host_events, dict)
+            and all(isinstance(k, str) and _number(v) for k, v in reduced.gpu_host_events.items())
             and isinstance(reduced.nccl_host_calls, dict)
             and all(isinstance(k, str) and isinstance(v, dict) and all(_number(v.get(x)) for x in ("count", "bytes"))
                     for k, v in reduced.nccl_host_calls.items())):

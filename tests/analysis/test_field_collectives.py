@@ -374,7 +374,7 @@ def test_hta_rank_non_gpu_is_a_gpu_job_profiled_without_its_gpu(tmp_path):
     were analyzed, of which there are none, and "world size 1" stood unqualified."""
     shutil.copy(HTA_RANK_NON_GPU, tmp_path)
     a = analyze_dir(tmp_path)
-    assert a.device == "cpu" and a.ranks_found == [0]
+    assert a.device == "host-only" and a.ranks_found == [0]
     s = a.ranks[0]
     assert s.span_us == pytest.approx(75_473.0) and s.collectives == {} and s.busy_us["communication"] == 0.0
     assert a.steps.count == 1 and a.findings == []

@@ -24,6 +24,8 @@ def size(n: float | None) -> str:
 
 
 def device_label(a: Analysis) -> str:
+    if a.device == "host-only" and not a.accelerators:
+        return "GPU job profiled without its GPU activity (host times only)"
     if a.device == "host-only":
         return f"{' and '.join(a.accelerators)} traces, device timeline not analyzed (host times only)"
     return {"gpu": "GPU traces", "cpu": "CPU-only traces", "none": "no traces (manifests only)"}.get(a.device, a.device)
@@ -31,6 +33,8 @@ def device_label(a: Analysis) -> str:
 
 def time_scope(a: Analysis) -> str:
     """Whose clock the per-rank times are read from, for the table's title."""
+    if a.device == "host-only" and not a.accelerators:
+        return "host only: the GPU activity is not in the traces"
     return {"gpu": "GPU", "cpu": "host, CPU-only traces"}.get(
         a.device, f"host only: the {' and '.join(a.accelerators)} device timeline is not analyzed")
 
