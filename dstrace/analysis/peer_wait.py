@@ -89,9 +89,11 @@ def wait_summary(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | N
     out = {int(rank): {"wait_us": float(wait[rank]), "comm_us": float(comm[rank]),
                        "unsplit_us": float(withheld.get(rank, 0.0)), "waited_for": waited_for.get(int(rank), {}),
                        "late_count": 0, "caused_wait_us": 0.0} for rank in comm}
-    for rank, n, w in caused.itertuples(name=None):
-        out[int(rank)]["late_count"] = int(n)
-        out[int(rank)]["caused_wait_us"] = float(w)
+    for rank, n, w in caused.itertuples(name=None):  # a rank waited on may have no call in its own window
+        entry = out.setdefault(int(rank), {"wait_us": 0.0, "comm_us": 0.0, "unsplit_us": 0.0, "waited_for": {},
+                                           "late_count": 0, "caused_wait_us": 0.0})
+        entry["late_count"] = int(n)
+        entry["caused_wait_us"] = float(w)
     return out
 
 
