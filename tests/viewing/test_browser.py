@@ -117,7 +117,7 @@ def test_report_renders_per_rank_plots_without_errors(recorded, browser, tmp_pat
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     console = Console(page)
     page.goto(uri)
-    bars = page.locator("svg").first
+    bars = page.locator('svg[aria-label="time per rank"]')  # the step-time plots come before it
     assert {"rank 0", "rank 1"} <= set(bars.locator("text").all_text_contents())
     assert bars.locator("rect").count() >= 2 + 4, "per-rank bars and the legend"
     assert page.locator("svg circle").count() > 2, "collective waits plotted"

@@ -35,7 +35,8 @@ def time_bars(a: Analysis) -> str:
     width, bar_h, left = 640, 22, 60
     rows = sorted(a.ranks.items())
     h = 30 + len(rows) * (bar_h + 8) + 24
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 20}" height="{h}" role="img">']
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 20}" height="{h}" role="img" '
+           'aria-label="time per rank">']
     for i, (r, s) in enumerate(rows):
         y = 10 + i * (bar_h + 8)
         svg.append(f'<text x="0" y="{y + 15}" font-size="12">rank {r}</text>')
