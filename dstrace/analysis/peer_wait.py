@@ -86,15 +86,12 @@ def wait_summary(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | N
     for (rank, peer), w in waited[waited > 0].items():
         waited_for[int(rank)][int(peer)] = float(w)
     caused = late.groupby("waited_for").agg(n=("instance", "nunique"), wait=("wait_us", "sum"))
-    out = {int(rank): {"wait_us": float(wait[rank]), "comm_us": float(comm[rank]),
-                       "unsplit_us": float(withheld.get(rank, 0.0)), "waited_for": waited_for.get(int(rank), {}),
-                       "late_count": 0, "caused_wait_us": 0.0} for rank in comm}
-    for rank, n, w in caused.itertuples(name=None):  # a rank waited on may have no call in its own window
-        entry = out.setdefault(int(rank), {"wait_us": 0.0, "comm_us": 0.0, "unsplit_us": 0.0, "waited_for": {},
-                                           "late_count": 0, "caused_wait_us": 0.0})
-        entry["late_count"] = int(n)
-        entry["caused_wait_us"] = float(w)
-    return out
+    late_by = {int(rank): (int(n), float(w)) for rank, n, w in caused.itertuples(name=None)}
+    ranks = list(dict.fromkeys([*map(int, comm), *late_by]))  # a rank waited on may have no call in its window
+    return {r: {"wait_us": float(wait.get(r, 0.0)), "comm_us": float(comm.get(r, 0.0)),
+                "unsplit_us": float(withheld.get(r, 0.0)), "waited_for": waited_for.get(r, {}),
+                "late_count": late_by.get(r, (0, 0.0))[0], "caused_wait_us": late_by.get(r, (0, 0.0))[1]}
+            for r in ranks}
 
 
 def rank_sums(ranks: pd.Series, values: pd.Series) -> dict:
