@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..runfolder.records import Inventory, Weight
+from dstrace.runfolder.records import Inventory, Weight
 
 # Attributes under which DeepSpeed's AutoTP layers keep their tensor-parallel group size.
 _TP_SIZE_ATTRS = ("tp_world_size", "world_size")
