@@ -10,7 +10,7 @@ import pytest
 import synthetic
 from helpers import analyze_dir
 
-from dstrace.analysis import add_arguments, main
+from dstrace.commands.analyze import add_arguments, main
 from dstrace.analysis.render import render
 from dstrace.analysis.steps import decode_step_ms
 from dstrace.errors import UserError
