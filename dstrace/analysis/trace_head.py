@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 
 import msgspec
 
@@ -18,7 +19,7 @@ from dstrace.runfolder import untrusted
 HEAD_LIMIT = 64 << 20
 """Metadata before the events is kB (deviceProperties of 8 GPUs: ~3 kB); more is not a trace's head."""
 RANK_KEYS = ("distributedInfo", "dstrace")
-_WHITESPACE = " \t\n\r"
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
@@ -32,15 +33,16 @@ class _Head:
 
     def more(self) -> None:
         """At least as much text again (so a long value costs a few passes, not one per piece), or the end."""
-        want = max(len(self.text), 1 << 16)
-        start = len(self.text)
-        while not self.done and len(self.text) - start < want:
+        want, got, pieces = max(len(self.text), 1 << 16), 0, [self.text]
+        while not self.done and got < want and len(self.text) + got <= HEAD_LIMIT:
             piece = next(self.chunks, None)
             try:
-                self.text += self.decoder.decode(piece or b"", final=piece is None)
+                pieces.append(self.decoder.decode(piece or b"", final=piece is None))
             except UnicodeDecodeError as exc:
                 raise ValueError(f"not a torch.profiler trace (not UTF-8 text: {exc.reason})") from None
+            got += len(pieces[-1])
             self.done = piece is None
+        self.text = "".join(pieces)
         if len(self.text) > HEAD_LIMIT:
             raise untrusted.Refused(f"more than {HEAD_LIMIT >> 20} MiB of metadata before its events: not a trace "
                                     "torch.profiler wrote")
@@ -48,8 +50,7 @@ class _Head:
     def at(self, pos: int) -> int:
         """The position of the next character that is not whitespace (len(text) at the end of the file)."""
         while True:
-            while pos < len(self.text) and self.text[pos] in _WHITESPACE:
-                pos += 1
+            pos = _WHITESPACE.match(self.text, pos).end()
             if pos < len(self.text) or self.done:
                 return pos
             self.more()

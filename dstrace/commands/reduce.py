@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -186,10 +187,17 @@ def reduce_into(run_dir: str, claims: list[Claim], progress) -> tuple[list[int],
         except Exception as exc:  # noqa: BLE001 - the traces' fault or ours, it is one line, not a traceback
             problems = [f"{ranks_text(names)}: not reduced ({type(exc).__name__}: {exc})"]
         written, refused = publish(staging, run_dir)
-        return written, problems + refused
+        where = {c.rank: c.path for c in good}
+        return written, [_naming_its_trace(line, where) for line in problems + refused]
     finally:
         tempfile.tempdir = before
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _naming_its_trace(line: str, where: dict[int, str]) -> str:
+    """A line about rank N (`rank N: ...`), led by the trace it was reduced from."""
+    m = re.match(r"rank (\d+):", line)
+    return f"{where[int(m.group(1))]}: {line}" if m and int(m.group(1)) in where else line
 
 
 def publish(staging: str, run_dir: str) -> tuple[list[int], list[str]]:
