@@ -4,13 +4,14 @@ RUN_DIR` reads those and never the traces.
 
 Run alone, it reduces every trace given. Run as several processes at once, by the job's launcher or the
 cluster's scheduler on every node (`torchrun --nproc_per_node K`, `srun --ntasks-per-node K`), each process
-takes every K-th of the node's traces (LOCAL_RANK of LOCAL_WORLD_SIZE, SLURM_LOCALID of
-SLURM_NTASKS_PER_NODE; with `--split job`, RANK of WORLD_SIZE or SLURM_PROCID of SLURM_NTASKS over the
-traces of the whole job on a shared filesystem). No two processes write one file: each reduces into a
-private folder inside RUN_DIR and moves each rank's file in with a hard link, which fails where the file
-is already there (two traces claiming one rank, or an earlier reduce). A process alone writes `run.json`;
-each process of several writes its node record, `nodes/<host>-reduce<K>.json`, as each node of a
-multi-node `dstrace record` does, and `dstrace gather` joins them (docs/multi-node.md).
+takes every K-th of the node's traces (LOCAL_RANK of LOCAL_WORLD_SIZE, or SLURM_LOCALID of
+SLURM_NTASKS_PER_NODE in a task srun started); with `--split job`, of the whole job's traces on a shared
+filesystem (RANK of WORLD_SIZE, or SLURM_PROCID of SLURM_STEP_NUM_TASKS). No two processes write one
+file: each reduces into a private folder inside RUN_DIR and moves each rank's file in with a hard link,
+which fails where the file is already there (two traces claiming one rank, or an earlier reduce). A
+process alone writes `run.json`; each process of several writes its node record,
+`nodes/<host>[-node<K>]-reduce<i>.json`, as each node of a multi-node `dstrace record` does, and `dstrace
+gather` joins them (docs/multi-node.md).
 
 Nothing is written outside RUN_DIR: the traces are read through links in that private folder, where the
 reduction's cache and temporary files go too, and the folder is removed at the end (the key that seals
@@ -34,9 +35,12 @@ from dstrace.runfolder.records import RUN_SCHEMA, RankStatus, RunRecord, to_json
 from dstrace.say import say
 
 MAX_PROCESSES = 1 << 16
-SHARES = {  # --split -> (index, count) variables, first found wins
-    "node": (("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")),
-    "job": (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")),
+SLURM_STEP = "SLURM_STEP_NUM_TASKS"
+"""Set by srun in the tasks of a job step only: a batch script has SLURM_LOCALID and SLURM_NTASKS_PER_NODE too,
+and a `dstrace reduce` run there alone must not take one share of the traces and leave the others."""
+SHARES = {  # --split -> (index, count, set only where the pair means this process's share), first found wins
+    "node": (("LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK"), ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", SLURM_STEP)),
+    "job": (("RANK", "WORLD_SIZE", "RANK"), ("SLURM_PROCID", SLURM_STEP, SLURM_STEP)),
 }
 
 
@@ -67,9 +71,9 @@ class Share:
 
 def share_of(environ: dict[str, str], split: str) -> Share:
     """Which share of the traces is this process's, from its launcher's variables."""
-    for index_name, count_name in SHARES[split]:
+    for index_name, count_name, gate in SHARES[split]:
         index, count = environ.get(index_name), environ.get(count_name)
-        if index is None and count is None:
+        if gate not in environ or (index is None and count is None):
             continue
         if not (index and count and index.isdigit() and count.isdigit()
                 and 0 <= int(index) < int(count) <= MAX_PROCESSES):

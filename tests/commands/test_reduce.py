@@ -152,10 +152,10 @@ def test_rank_read_where_the_metadata_follows_the_events(tmp_path):
     write_trace(str(traces / "a.json.gz"), one_rank(2, events_first=True))
     write_trace(str(traces / "b.json.gz"), one_rank(3))
     run_dir = str(tmp_path / "run")
-    result = dstrace("reduce", "-o", run_dir, str(traces), env=env_in(tmp_path))
+    batch_script = env_in(tmp_path, SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2")  # no srun: a process alone
+    result = dstrace("reduce", "-o", run_dir, str(traces), env=batch_script)
     assert result.returncode == 0, result.stderr
-    assert sorted(n for n in os.listdir(run_dir) if n.startswith("rank")) == ["rank2.summary.json.gz",
-                                                                             "rank3.summary.json.gz"]
+    assert sorted(os.listdir(run_dir)) == ["rank2.summary.json.gz", "rank3.summary.json.gz", "run.json"]
 
 
 def test_refusals(tmp_path):
@@ -174,7 +174,7 @@ def test_refusals(tmp_path):
     assert "is not a folder" in refused(tmp_path, "-o", str(tmp_path / "file"), str(traces))
     launched = env_in(tmp_path, LOCAL_RANK="0", LOCAL_WORLD_SIZE="2")
     assert "give them one run folder with -o" in refused(tmp_path, str(traces), env=launched)
-    bad = env_in(tmp_path, SLURM_LOCALID="3", SLURM_NTASKS_PER_NODE="2")
+    bad = env_in(tmp_path, SLURM_LOCALID="3", SLURM_NTASKS_PER_NODE="2", SLURM_STEP_NUM_TASKS="4")
     assert "SLURM_LOCALID=3" in refused(tmp_path, "-o", out, str(traces), env=bad)
     assert not os.path.exists(out) and not os.listdir(empty)
 
