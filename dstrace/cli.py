@@ -27,7 +27,10 @@ VERBS = {
     "sweep": ("dstrace.commands.sweep", "record configurations repeatedly, then compare", None),
     "view": ("dstrace.commands.view", "open a run's timelines in TensorBoard or Perfetto", None),
     "gather": ("dstrace.commands.gather", "merge the per-node folders of a multi-node run into one", None),
-    "explain": ("dstrace.commands.explain", "print what a finding means and what to do, from the docs dstrace ships", None),
+    "reduce": ("dstrace.commands.reduce", "reduce traces dstrace did not record into a run folder analyze reads",
+               "dstrace reduce [-o RUN_DIR] [--split node|job] TRACES_DIR_OR_FILES..."),
+    "explain": ("dstrace.commands.explain", "print what a finding means and what to do, from the docs dstrace ships",
+                None),
 }
 
 

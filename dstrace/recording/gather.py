@@ -13,11 +13,12 @@ import filecmp
 import os
 
 from dstrace.errors import UserError
+from dstrace.rankset import ranks_text
 from dstrace.recording.launcher import fill_run_record
 from dstrace.runfolder.files import copy_regular_atomic
 from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, SUMMARY_SUFFIX, TRACE_SUFFIXES, rank_in_name
-from dstrace.runfolder.records import (RUN_SCHEMA, RunRecord, read_json_object, read_manifest, read_node_record,
-                                       to_json, write_json_atomic)
+from dstrace.runfolder.records import (RUN_SCHEMA, RankStatus, RunRecord, read_json_object, read_manifest,
+                                       read_node_record, to_json, write_json_atomic)
 
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
 
@@ -95,12 +96,39 @@ def _check_one_run(run_dir: str, plan: list[tuple[str, str]]) -> str:
             runs.setdefault(read_manifest(path).run_id, []).append(path)
         except (OSError, ValueError, TypeError):
             continue
+    if not runs:  # a run `dstrace reduce` wrote has no manifests: its node records name the run
+        for path in _node_record_paths(run_dir) + [s for s, d in plan if os.path.dirname(d) == os.path.join(run_dir, NODES_DIR)]:
+            try:
+                runs.setdefault(read_node_record(path)["run_id"], []).append(path)
+            except (OSError, ValueError, TypeError):
+                continue
     if len(runs) > 1:
         listing = "; ".join(f"run {rid}: {os.path.dirname(p[0])}" for rid, p in sorted(runs.items()))
         raise UserError(f"the folders hold different runs ({listing}); give every node the same --run-id")
     if not runs:
-        raise UserError("no rank manifest in the given folders: nothing to gather")
+        raise UserError("no rank manifest or node record in the given folders: nothing to gather")
     return next(iter(runs))
+
+
+def _node_record_paths(run_dir: str) -> list[str]:
+    folder = os.path.join(run_dir, NODES_DIR)
+    return [os.path.join(folder, n) for n in _listing(folder) if n.endswith(".json")] if os.path.isdir(folder) else []
+
+
+def _reduced_ranks(run: RunRecord, records: dict[str, dict]) -> None:
+    """The ranks of a run without manifests, as the node records of `dstrace reduce` list them."""
+    for r in records.values():
+        run.ranks.extend(RankStatus(**x) for x in r.get("ranks", []))
+        run.problems.extend(r.get("problems", []))
+        run.notes.extend(r.get("notes", []))
+    run.ranks.sort(key=lambda x: x.rank)
+    run.world_size = max((r.get("world_size") or 0 for r in records.values()), default=0) or None
+    found = {x.rank for x in run.ranks}
+    run.missing_ranks = [r for r in range(run.world_size or 0) if r not in found]
+    if run.missing_ranks:
+        run.problems.append(f"no reduction of {ranks_text(run.missing_ranks)}")
+    if not run.ranks:
+        run.problems.append("no rank was reduced")
 
 
 def _copy(source: str, dest: str) -> None:
@@ -150,7 +178,10 @@ def gather(run_dir: str, node_folders: list[str]) -> RunRecord:
                     started=min((r.get("started") or 0 for r in records.values()), default=0.0),
                     status="running")
     codes = {name: r.get("exit_code") for name, r in records.items()}
-    fill_run_record(run_dir, run, 0)
+    if any(n.endswith(MANIFEST_SUFFIX) for n in _listing(run_dir)):
+        fill_run_record(run_dir, run, 0)
+    else:
+        _reduced_ranks(run, records)
     run.exit_code = next((c for c in codes.values() if c), 0)
     run.ended = max((r.get("ended") or 0 for r in records.values()), default=run.ended)
     for name, code in codes.items():

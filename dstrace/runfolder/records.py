@@ -46,6 +46,7 @@ class Inventory:
     effective_tp: int  # measured from the weights' shapes, not from any config
     fsdp_sharded: int = 0  # weights FSDP holds sharded over data-parallel ranks (ZeRO-3's partitioning, torch's way)
     dtensors: int = 0  # weights that are DTensors (torch-native TP, FSDP2, transformers' tp_plan)
+    buffer_dtypes: dict[str, str] = field(default_factory=dict)  # floating-point buffer -> dtype (rotary inv_freq...)
 
 
 @dataclass

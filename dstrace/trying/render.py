@@ -10,7 +10,7 @@ from dstrace.comparison.render import render as render_comparison
 from dstrace.comparison.render import to_dict
 from dstrace.say import md_inline, one_line
 from dstrace.trying.keys import describe
-from dstrace.trying.result import AS_IS, TRY_SCHEMA, VARIANT, TryRun, outcome, same_output, side
+from dstrace.trying.result import AS_IS, TRY_SCHEMA, VARIANT, TryRun, dtype_differences, outcome, same_output, side
 
 FORMATS = ("text", "markdown", "json")
 
@@ -25,12 +25,13 @@ def build(comparison: Comparison, overrides, notes: list[str], runs: list[TryRun
         sides[name] = side(configs.get(name), mine, [manifests[r.path] for r in mine], name == VARIANT)
     complete = {name: [manifests[r.path] for r in runs if r.side == name and r.exit_code == 0] for name in sides}
     same, differences = same_output(complete[AS_IS], complete[VARIANT])
+    dtypes = dtype_differences(complete[AS_IS], complete[VARIANT]) if same is False else []
     data = to_dict(comparison)
     data["compare_schema"] = data.pop("schema")
     verdict = {"outcome": outcome(comparison, sides[AS_IS], sides[VARIANT]), **data.pop("verdict")}
     return {"schema": TRY_SCHEMA, "overrides": dict(overrides), "notes": notes,
             "as_is": dataclasses.asdict(sides[AS_IS]), "variant": dataclasses.asdict(sides[VARIANT]),
-            "same_output": same, "output_differences": differences, "verdict": verdict,
+            "same_output": same, "output_differences": differences, "dtype_differences": dtypes, "verdict": verdict,
             "runs": [dataclasses.asdict(r) for r in runs], **data}
 
 
@@ -58,6 +59,9 @@ def _lines(result: dict) -> list[str]:
     out = [f"verdict: {verdict['outcome']}" + (f" ({ratio:.2f}x the as-is ms per step)" if ratio else "")
            + (f"; {verdict['rule']}" if verdict["outcome"] == "indistinguishable" else "")]
     out += [f"answers: {d}" for d in result["output_differences"]]
+    if result["dtype_differences"]:
+        out += [f"held in another dtype: {d}" for d in result["dtype_differences"]]
+        out.append("a tensor held in another dtype computes other numbers, which can part a greedy answer")
     out += [f"variant failed: {e} (exit codes {v['exit_codes']})" for e in v["errors"]]
     if v["overrides_applied"] is False:
         out += [f"overrides not applied: {x}" for x in v["not_applied"]]
