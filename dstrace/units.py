@@ -63,9 +63,10 @@ def percent_range(low: float, high: float) -> str:
     return f"{low * 100:.0f}-{percent(high)}"
 
 
-def change(before: str, after: str) -> str:
-    """Two values of one unit as a change, the unit said once: `36.0 -> 58.0 ms`."""
+def change(before: str, after: str, link: str = " -> ") -> str:
+    """Two values of one unit as a change, the unit said once: `36.0 -> 58.0 ms` (`link` " to ": `36.0 to
+    58.0 ms`)."""
     number, _, unit = before.rpartition(" ")
     if number and after.endswith(f" {unit}"):
-        return f"{number} -> {after}"
-    return f"{before} -> {after}"
+        return f"{number}{link}{after}"
+    return f"{before}{link}{after}"

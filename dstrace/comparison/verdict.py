@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from dstrace.analysis.findings import ZERO3_MODEL_FRACTION
+from dstrace.analysis.findings.parallelism import ZERO3_MODEL_FRACTION
 from dstrace.comparison.model import ConfigSummary, Explanation, Verdict
 from dstrace.comparison.stats import (
     INDISTINGUISHABLE_RULE,
@@ -142,8 +142,8 @@ def regathered(configs: list[ConfigSummary], baseline: ConfigSummary | None,
         slower = ratio_of.get(c.name, {}).get("ms_per_step")
         against = (f"; {ratio(slower)} the baseline {baseline.name}'s ms per step" if slower and baseline
                    and baseline.name != c.name else "")
-        comm = (f", collectives {percent(c.transfer_share)} transfer and {percent(c.wait_share)} waiting for peers of the "
-                "traced time" if c.transfer_share is not None and c.wait_share is not None else "")
+        comm = (f", collectives {percent(c.transfer_share)} transfer and {percent(c.wait_share)} waiting for peers "
+                "of the traced time" if c.transfer_share is not None and c.wait_share is not None else "")
         out.append(Explanation("model-regathered-every-step", [c.name], (
             f"{c.name}: every decode step gathers {size(c.gathered_bytes_per_step)} per rank, {percent(share)} of the "
             f"model's {size(c.model_bytes)}, while each rank holds {percent(c.held_fraction)} of the weights"

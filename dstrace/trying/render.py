@@ -76,7 +76,7 @@ def render_text(result: dict) -> str:
 
 def render_markdown(result: dict, comparison: Comparison) -> str:
     out = [f"### dstrace try: `{md_cell(describe(list(result['overrides'].items())))}`", ""]
-    out += md_table(["", "as-is", "variant"], [list(r) for r in _rows(result)])
+    out += md_table(["", "as-is", "variant"], _rows(result))
     out += [""] + [f"- {md_cell(x)}" for x in _lines(result)]
     return ("\n".join(out) + "\n\n<details><summary>The comparison</summary>\n\n"
             + render_comparison(comparison, "markdown") + "\n</details>\n")

@@ -167,8 +167,8 @@ def waiting_for_peers(inputs: FindingInputs) -> Finding | None:
                                   f"collectives ({percent(v['late_count'] / late_total)}) and causes "
                                   f"{percent(v['caused_wait_us'] / caused_total)} of all peer wait")
     slow = host_bound.get(straggler)
-    why = (f"rank {straggler}'s host is late to launch them (its GPU idles {percent(slow[0].idle_us / slow[0].span_us)} "
-           "of the span waiting for the host, see host-bound)" if slow else
+    why = (f"rank {straggler}'s host is late to launch them (its GPU idles "
+           f"{percent(slow[0].idle_us / slow[0].span_us)} of the span waiting for the host, see host-bound)" if slow else
            f"rank {straggler} reaches them later than its peers")
     cause = ("a collective finishes only when its last rank has launched it; the others' kernels spin meanwhile, "
              f"and that spinning is counted as communication time: {why}")

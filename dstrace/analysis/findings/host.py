@@ -210,8 +210,8 @@ def host_bound(inputs: FindingInputs) -> Finding | None:
                   "(`torch.compile(mode=\"reduce-overhead\")`, a static KV cache)")
         remedy += _cudnn_note(names)
     else:
-        what = (f"{cause_name} overlaps {percent(min(cause_us / idle, 1.0))} of its GPU idle time ({', '.join(shown[:3])})"
-                if cause_name else "what the host does then is not identified")
+        what = (f"{cause_name} overlaps {percent(min(cause_us / idle, 1.0))} of its GPU idle time "
+                f"({', '.join(shown[:3])})" if cause_name else "what the host does then is not identified")
         how = ("kernels launched while a stream captures a CUDA graph are recorded into it, not run, so the GPU "
                "waits until the capture ends" if cause_name == "graph capture" else
                "each kernel finishes before the host has launched the next one, so the GPU waits for the host")

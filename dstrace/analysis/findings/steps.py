@@ -119,8 +119,8 @@ def step_time_shift(inputs: FindingInputs) -> Finding | None:
                             "work_growth_us": growth}
         if growth:
             grew = max(growth.items(), key=lambda kv: kv[1]["after_us"] - kv[1]["before_us"])
-            causes.append(f"in call {call}, {grew[0]} grew from {ms(grew[1]['before_us'])} to "
-                          f"{ms(grew[1]['after_us'])} per step across the change")
+            grown = change(ms(grew[1]["before_us"]), ms(grew[1]["after_us"]), " to ")
+            causes.append(f"in call {call}, {grew[0]} grew from {grown} per step across the change")
             if "attention" in grew[0]:
                 causes.append("attention's host time growing at new sequence lengths is cuDNN building a plan for "
                               "each length it has not seen (measured on H200 with device_map)")
