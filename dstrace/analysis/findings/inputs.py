@@ -21,7 +21,7 @@ class Mechanisms:
 class FindingInputs:
     """The one argument of every finding's check: `check(inputs) -> Finding | None`."""
     run: LoadedRun
-    ranks: dict[int, RankSummary]  # the ranks whose span supports shares (a bare span's support no finding)
+    ranks: dict[int, RankSummary]  # the ranks whose span supports shares: a span too bare to split supports no finding
     steps: StepSummary | None
     device: str  # `LoadedRun.device`: "gpu", "cpu", "host-only" or "none"
     mechanisms: Mechanisms
