@@ -49,7 +49,8 @@ def analyze(folder: str, repo: str, report: str) -> dict:
     for kept in os.listdir(folder):
         if kept.startswith(".dstrace-report."):
             os.unlink(os.path.join(folder, kept))  # time the analysis, not the kept report
-    env = dict(os.environ, PYTHONPATH=repo, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               OMP_NUM_THREADS="1")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", report],
                             cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -14,7 +14,7 @@ from dstrace.say import say, warn
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from dstrace.analysis.options import AUTO_MIN_RANKS, CLOCK_POLICIES, FORMATS, SOURCES
+    from dstrace.analysis.options import CLOCK_POLICIES, FORMATS
 
     parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN, or one "
                                           "trace file (a run of one rank)")
@@ -29,10 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parse-workers", type=int, metavar="N", default=None,
                         help="parse N traces at once (default: one per CPU, as many as keep the peak memory within "
                              "2x the largest trace's JSON, or 512 MiB when that is more); each adds about 1.6x a trace")
-    parser.add_argument("--source", choices=SOURCES, default="auto",
-                        help="read the rank summaries (*.summary.json.gz, written by dstrace record) or the "
-                             f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
-                             "ranks or the traces are large (default)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="text report: every section, span part and term, each finding whole (default: the "
                              "verdict cut to fit a screen, the tables and the terms they use); markdown and html: "
@@ -61,38 +57,33 @@ def main(args: argparse.Namespace) -> int:
 
     screen = screen_for(bool(args.output), getattr(args, "verbose", False))
     report, warnings = report_of(args.trace_dir, fmt, clock_policy=getattr(args, "align_clocks", "auto"),
-                                 source=getattr(args, "source", "auto"), workers=workers, screen=screen)
+                                 workers=workers, screen=screen)
     for warning in warnings:
         warn(warning)
     write_report(report, args.output, escaped=fmt == "text")
     return 0
 
 
-def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "auto", workers: int | None = None,
-                     progress=None):
-    """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
-    `progress(message)` hears what is being read (default: stderr)."""
-    from dstrace.analysis import summaries
-    from dstrace.analysis.loading import is_single_trace, load_run, stderr_progress
+def load_and_analyze(trace_dir: str, clock_policy: str = "auto", workers: int | None = None, progress=None):
+    """The one way from a run folder to its Analysis: its ranks (each a trace, or a kept reduction that
+    answers for it or stands alone) loaded and analyzed. `progress(message)` hears what is being read
+    (default: stderr)."""
+    from dstrace.analysis.loading import load_run, stderr_progress
     from dstrace.analysis.pipeline import analyze
 
     progress = progress or stderr_progress
-    if not is_single_trace(trace_dir) and summaries.choose_source(trace_dir, source) == "summaries":
-        run = summaries.load_summaries(trace_dir)
-        progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")
-    else:
-        run = load_run(trace_dir, progress=progress, workers=workers)
-        progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
+    run = load_run(trace_dir, progress=progress, workers=workers)
+    progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
     return analyze(run, clock_policy=clock_policy)
 
 
-def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
-              workers: int | None = None, screen=None) -> tuple[str, list[str]]:
+def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", workers: int | None = None,
+              screen=None) -> tuple[str, list[str]]:
     """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
     options or dstrace changed since, else a new analysis (then kept)."""
     from dstrace.analysis import report_cache
 
-    options = {"format": fmt, "align_clocks": clock_policy, "source": source}
+    options = {"format": fmt, "align_clocks": clock_policy}
     if fmt == "text" and screen is not None:
         options |= screen.options()
     elif fmt in ("markdown", "html") and screen is not None:
@@ -106,7 +97,7 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
         return kept
     from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
 
-    analysis = load_and_analyze(trace_dir, source=source, clock_policy=clock_policy, workers=workers)
+    analysis = load_and_analyze(trace_dir, clock_policy=clock_policy, workers=workers)
     report, warnings = render(analysis, fmt, screen), list(analysis.warnings)
     if key:
         report_cache.write(trace_dir, fmt, key, report, warnings)

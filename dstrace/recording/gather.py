@@ -14,7 +14,7 @@ import os
 
 from ..errors import UserError
 from ..runfolder.files import copy_regular_atomic
-from ..runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, SUMMARY_SUFFIX, TRACE_SUFFIXES, rank_in_name
+from ..runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, REDUCTION_SUFFIX, TRACE_SUFFIXES, rank_in_name
 from ..runfolder.records import (RUN_SCHEMA, RunRecord, read_json_object, read_manifest, read_node_record, to_json,
                                  write_json_atomic)
 from ..say import say
@@ -48,7 +48,7 @@ def _listing(folder: str) -> list[str]:
 
 def _rank_files(folder: str) -> list[str]:
     return [n for n in _listing(folder)
-            if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(SUMMARY_SUFFIX)]
+            if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(REDUCTION_SUFFIX)]
 
 
 def _refuse_link(path: str, what: str) -> None:
@@ -83,7 +83,7 @@ def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
         if os.path.isfile(run_file) and not _is_gathered(run_file):
             entries.append((run_file, os.path.join(out, NODES_DIR, f"{os.path.basename(src)}.json")))
         if not entries:
-            raise UserError(f"{src} holds no dstrace files (manifests, traces, summaries, node records)")
+            raise UserError(f"{src} holds no dstrace files (manifests, traces, kept reductions, node records)")
         for source, dest in entries:
             if os.path.islink(source) or not os.path.isfile(source):
                 raise UserError(f"{source} is a link or not a regular file: gather copies only the files the "
