@@ -74,7 +74,7 @@ def run_measured(cmd: list[str], pss: bool = False) -> dict:
 
 def clear_cache(folder: str, parse: bool = True) -> None:
     """Delete the kept reports and, with `parse`, the traces' parse caches."""
-    patterns = [".dstrace-report.*.cache"] + ([".*.dstrace-cache.npz"] if parse else [])
+    patterns = [".dstrace-report.*.cache"] + (["*.reduction.arrow"] if parse else [])
     for pattern in patterns:
         for path in glob.glob(os.path.join(folder, pattern)):
             os.unlink(path)

@@ -1,12 +1,12 @@
-"""What identifies a file's content and the code that read it, and what makes a cache dstrace's own, for the
-caches that stand in for a parse (`cache`) or a whole report (`report_cache`).
+"""What identifies a file's content and the code that read it, for what stands in for a decode (a kept
+reduction, `kept`) or a whole report (`report_cache`), and what makes a kept report dstrace's own.
 
-A cache may answer only for the very bytes it was made from: the key is a hash of each whole file
-(xxh3-128, ~10 GB/s: well under a parse), never its size, time or a part of it. And a cache file sits in
-a folder anyone may have written, so one that dstrace did not write itself must never be believed: each
-is sealed with a keyed hash (BLAKE2b) under a secret kept in the user's own cache folder, and a cache
-whose seal does not verify is no cache. Standard library and xxhash only: a report-cache hit imports no
-pandas.
+Either may answer only for the very bytes it was made from: the key is a hash of each whole file
+(xxh3-128, ~10 GB/s: well under a parse), never its size, time or a part of it. A kept report sits in a
+folder anyone may have written, so one that dstrace did not write itself must never be shown: it is
+sealed with a keyed hash (BLAKE2b) under a secret kept in the user's own cache folder, and one whose seal
+does not verify is no report. (A kept reduction is validated instead, as every run-folder file: see
+`kept`.) Standard library and xxhash only: a report-cache hit imports no pandas.
 """
 from __future__ import annotations
 

@@ -1,16 +1,17 @@
 """Find the per-rank traces of a run folder, parse them, and refuse what cannot be analyzed.
 
-This module, with `tracefile` (parsing one file) and `cache` (the parsed form kept beside it), is where
-the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
+This module, with `tracefile` (parsing one file) and `kept` (a rank's reduction kept beside its trace, or
+alone), is where the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
 reduction, `reduction.RankReduction`, and its complete events as a DataFrame when asked for), the
 dstrace manifests when present, and warnings for what it skipped. Input that cannot be analyzed at all
 raises `UserError` with one line saying what is wrong.
 
-Ranks without a usable cache are parsed in worker processes, as many at once as there are CPUs and
-memory for (`parse_workers`); each worker parses its trace once, reduces it (HTA's breakdowns
-included) with only that rank in memory, and writes the cache, which the main process then reads: the
-first and every later analysis see the same reductions, and the main process never holds a rank's
-events unless the caller asks for them.
+Traces without a kept reduction that answers for them are parsed in worker processes, as many at once
+as there are CPUs and memory for (`parse_workers`); each worker parses its trace once, reduces it (HTA's
+breakdowns included) with only that rank in memory, and keeps the reduction, which the main process then
+reads: the first and every later analysis see the same reductions, and the main process never holds a
+rank's events unless the caller asks for them. A kept reduction whose trace is not in the folder is the
+rank (`kept`).
 """
 from __future__ import annotations
 
@@ -29,14 +30,15 @@ import numpy as np
 import pandas as pd
 
 from dstrace.errors import UserError
-from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
+from dstrace.analysis import hta_breakdown, kept, reduction, tracefile
 from dstrace.analysis.findings import error_line
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.runfolder import untrusted
-from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
+from dstrace.runfolder.names import (MANIFEST_SUFFIX, REDUCTION_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name,
+                                     trace_names_of)
 from dstrace.runfolder.records import Manifest, RunRecord, read_manifest, read_run, why_no_trace
 from dstrace.say import say
 
@@ -157,11 +159,11 @@ def decode_rank(path: str, world_hint: int, reduce: bool = True,
 
 def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,
                helping: list[tracefile.Helper] = ()) -> tuple[str | None, str | None, pd.DataFrame | None]:
-    """Decode one trace (with the `helping` helpers), reduce it and write the reduction as a cache to the
-    first of `targets` that accepts it. Returns (what is wrong with the file, None, None) or (None, the cache
-    written, the events when asked for). In a worker process, only this short answer goes back."""
+    """Decode one trace (with the `helping` helpers), reduce it and keep the reduction in the first of
+    `targets` that accepts it. Returns (what is wrong with the file, None, None) or (None, the file written,
+    the events when asked for). In a worker process, only this short answer goes back."""
     try:
-        print_ = cache.fingerprint(path)
+        made_under = kept.key(path, world_hint)  # before the decode: a trace changed meanwhile is not answered for
         meta, frame, reduced = decode_rank(path, world_hint, helping=helping)
     except ValueError as exc:
         return str(exc), None, None
@@ -171,7 +173,7 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
     written = None
     for target in targets:
         try:
-            cache.write(target, print_, meta, reduced, world_hint)
+            kept.KeptReduction(reduced, meta, os.path.basename(path), made_under).save(target)
             written = target
             break
         except OSError:
@@ -243,16 +245,18 @@ class Parsed:
 def parse_traces(files: list[str], progress: Progress, workers: int | None = None, world_hint: int = 0,
                  events: bool = False) -> dict[str, Parsed | str]:
     """path -> its reduction (and events, when asked for) or the reason the file is unusable. Reductions
-    come from their caches, or traces are decoded `workers` at a time (None: `parse_workers`); when
-    events are asked for, in this process, one trace at a time."""
+    come from the kept reductions that answer for their traces (`kept`), or traces are decoded `workers` at
+    a time (None: `parse_workers`); when events are asked for, in this process, one trace at a time."""
     out: dict[str, Parsed | str] = {}
     todo = []
+    there = [p for p in files if os.path.lexists(kept.kept_path(p))]
+    found = dict(zip(there, kept.load_many([kept.kept_path(p) for p in there])))
     for i, path in enumerate(files, 1):
-        hit = cache.read(path, world_hint)
-        if hit is None:
+        hit = found.get(path)
+        if not (isinstance(hit, kept.KeptReduction) and hit.answers_for(path, world_hint)):
             todo.append(path)
             continue
-        progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its cache)")
+        progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its kept reduction)")
         out[path] = Parsed(hit.meta, hit.reduced)
     workers = 1 if events or not todo else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
     alone = (todo if workers == 1 else []) + ([p for p in files if p not in todo] if events else [])
@@ -309,7 +313,7 @@ def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, wor
     process the smallest and `workers - 1` forked workers the others."""
     scratch = _scratch_folder()
     try:
-        targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
+        targets = [[kept.kept_path(p), os.path.join(scratch, f"{n}{kept.SUFFIX}")] for n, p in enumerate(todo)]
         for path in todo:
             progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
         hints = [world_hint] * len(todo)
@@ -325,9 +329,12 @@ def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, wor
                 mine = parse_rank(todo[own], targets[own], hints[own])
                 results = list(rest)
             results.insert(own, mine)
-        for path, (problem, written, frame) in zip(todo, results):
-            hit = cache.read(path, world_hint, written) if problem is None else None
-            out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if hit is not None
+        written = [w for problem, w, _ in results if problem is None]
+        back = iter(kept.load_many(written))
+        for path, (problem, _, frame) in zip(todo, results):
+            hit = next(back) if problem is None else None
+            fresh = isinstance(hit, kept.KeptReduction) and hit.answers_for(path, world_hint)
+            out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if fresh
                                     else "changed while it was being parsed; analyze again")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -419,7 +426,7 @@ def _world_of(data: dict, meta: dict | None) -> int | None:
 
 def read_manifests(trace_dir: str, warnings: list[str],
                    skipped: list[dict[str, str]]) -> tuple[dict[int, Manifest], RunRecord | None]:
-    """The folder's rank manifests and run.json, whatever the ranks are read from (traces or summaries);
+    """The folder's rank manifests and run.json, whatever the ranks are read from (traces or kept reductions);
     one that cannot be read is skipped, with a warning."""
     manifests: dict[int, Manifest] = {}
     run = None
@@ -493,21 +500,36 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     if is_single_trace(trace_dir):  # a run of one rank: the file alone, none of its folder's other files
-        files, manifests, run = [trace_dir], {}, None
+        files, alone, manifests, run = [trace_dir], [], {}, None
     else:
         files = find_trace_files(trace_dir)
+        alone = kept_without_trace(trace_dir)
         manifests, run = read_manifests(trace_dir, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if m.exit_error:
             warnings.append(f"rank {rank} ended with {error_line(m.exit_error)}")
-    if not files:
+    if not files and not alone:
         if not manifests:
             raise UserError(f"no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {trace_dir}")
         return _manifests_only(trace_dir, manifests, run, warnings, skipped)
 
     world_hint = _declared_world(manifests, run)
     parsed: list[tuple[str, dict, dict | None, Parsed]] = []
-    for path, result in parse_traces(files, progress, workers, world_hint, events).items():
+    results = parse_traces(files, progress, workers, world_hint, events) if files else {}
+    if alone:
+        progress(f"reading {len(alone)} kept reduction(s) whose traces are not in the folder")
+    untraced = set()
+    for path, got in zip(alone, kept.load_many(alone, progress)):
+        if isinstance(got, str):
+            results[path] = got
+        else:
+            trace = os.path.join(trace_dir, got.trace_file)
+            if trace in results or os.path.lexists(trace):
+                results[path] = f"the reduction of {got.trace_file}, which has its own in the folder: remove it"
+                continue
+            results[trace] = Parsed(got.meta, got.reduced)
+            untraced.add(trace)
+    for path, result in results.items():
         if isinstance(result, str):
             skipped.append({"path": path, "reason": result})
             warnings.append(f"skipped {os.path.basename(path)}: {result}")
@@ -536,7 +558,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
             rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=_world_of(data, meta),
             host=host_of(path, data), run_id=_run_id_of(meta),
             distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
-            dstrace=meta,
+            dstrace=meta, trace_absent=path in untraced,
         )
     duplicated = {r: p for r, p in claims.items() if len(p) > 1}
     if duplicated:
@@ -546,14 +568,23 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     if not traces:
         raise UserError(f"no trace in {trace_dir} says which rank wrote it; name them <host>_rank<N>.pt.trace.json.gz")
 
-    return settle_run(trace_dir, traces, manifests, run, warnings, skipped, source="traces")
+    return settle_run(trace_dir, traces, manifests, run, warnings, skipped)
+
+
+def kept_without_trace(trace_dir: str) -> list[str]:
+    """The kept reductions of a folder whose traces are not in it: each one is its rank."""
+    names = folder_names(trace_dir)
+    present = set(names)
+    return [os.path.join(trace_dir, n) for n in names
+            if n.endswith(REDUCTION_SUFFIX) and not any(t in present for t in trace_names_of(n))]
 
 
 def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int, Manifest], run: RunRecord | None,
-               warnings: list[str], skipped: list[dict], source: str) -> LoadedRun:
-    """One run per folder, and its world size, whether its ranks come from traces or from summaries:
+               warnings: list[str], skipped: list[dict]) -> LoadedRun:
+    """One run per folder, and its world size, whether its ranks come from traces or from kept reductions:
     ranks of other runs are refused (or skipped when run.json names ours), and so are manifests of
     another run; the world size is the largest any file gives, with a warning where they disagree."""
+    source = "traces" if not any(t.trace_absent for t in ranks.values()) else "kept reductions"
     run_id = _choose_run(ranks, run, trace_dir, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if run_id and m.run_id != run_id:
@@ -569,9 +600,9 @@ def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int,
     if len(sizes) > 1:
         warnings.append(f"{source} and manifests disagree on the world size ({sorted(sizes)}); using {world_size}")
     loaded = LoadedRun(trace_dir=trace_dir, traces=ranks, world_size=world_size, run_id=run_id,
-                       manifests=manifests, run_record=run, warnings=warnings, skipped=skipped, source=source)
+                       manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
     if loaded.missing_ranks:
-        warnings.append(f"no {source[:-1]} for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
+        warnings.append(f"no trace for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
                         f"({len(loaded.missing_ranks)} missing): collectives of a group with a member missing get no "
                         "wait/transfer split")
     return loaded

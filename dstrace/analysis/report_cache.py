@@ -1,6 +1,6 @@
 """The last report of a folder, kept so that asking again for the same report costs no analysis at all.
 
-`dstrace analyze` keeps each rank's reduction beside its trace (`cache`); with those in place what a
+`dstrace analyze` keeps each rank's reduction beside its trace (`kept`); with those in place what a
 second analysis still spends is mostly starting pandas. When nothing it reads has changed (every file
 of the folder by name and a hash of its whole content, the options, dstrace's own code and the versions
 of HTA and pandas), the report it would write is the one it wrote: `.dstrace-report.<format>.cache`
@@ -9,8 +9,9 @@ dstrace did not write for this user is never shown. This module uses the standar
 only, so that a hit never imports pandas.
 
 A missing, damaged, forged or stale file is a miss, never an error; a folder that refuses the file is
-analyzed all the same. The name matches no trace pattern, and the key leaves out dstrace's own caches
-and their temporary files, by their exact names: any other file counts, whatever its name holds.
+analyzed all the same. The name matches no trace pattern, and the key leaves out what analysis derives
+(kept reports, kept reductions of traces in the folder) and temporary files, by their exact names: any
+other file counts, whatever its name holds.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import os
 
 from dstrace.analysis import identity
 from dstrace.runfolder import untrusted
-from dstrace.runfolder.names import REPORT_CACHE_PREFIX, derived_from_the_run
+from dstrace.runfolder.names import REDUCTION_SUFFIX, REPORT_CACHE_PREFIX, derived_from_the_run, trace_names_of
 from dstrace.runfolder.records import write_json_atomic
 from dstrace.say import say
 
@@ -34,13 +35,21 @@ def key(run_dir: str, options: dict) -> str | None:
     """What the report of `run_dir` under `options` depends on, hashed; None when the folder cannot be read
     (or holds something that is not a file where a file is expected: the analysis then says what)."""
     try:
-        files = {e.name: identity.content(e.path) for e in os.scandir(run_dir)
-                 if not derived_from_the_run(e.name) and e.is_file()}
+        entries = list(os.scandir(run_dir))
+        names = {e.name for e in entries}
+        files = {e.name: identity.content(e.path) for e in entries
+                 if not derived_from_the_run(e.name) and not _kept_for_a_trace_here(e.name, names) and e.is_file()}
     except (OSError, untrusted.Refused):
         return None
     payload = {"dir": os.path.abspath(run_dir), "files": files, "options": options,
                "versions": identity.versions()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _kept_for_a_trace_here(name: str, names: set[str]) -> bool:
+    """A kept reduction whose trace is in the folder is derived from it (the trace's hash counts); one whose
+    trace is not is the rank, and counts itself."""
+    return name.endswith(REDUCTION_SUFFIX) and any(t in names for t in trace_names_of(name))
 
 
 def path(run_dir: str, fmt: str) -> str:
@@ -74,11 +83,11 @@ def write(run_dir: str, fmt: str, wanted: str, report: str, warnings: list[str])
         pass
 
 
-def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
-              workers: int | None = None, screen=None) -> tuple[str, list[str]]:
+def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", workers: int | None = None,
+              screen=None) -> tuple[str, list[str]]:
     """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
     options or dstrace changed since, else a new analysis (then kept)."""
-    options = {"format": fmt, "align_clocks": clock_policy, "source": source}
+    options = {"format": fmt, "align_clocks": clock_policy}
     if fmt == "text" and screen is not None:
         options |= screen.options()
     elif fmt in ("markdown", "html") and screen is not None:
@@ -92,7 +101,7 @@ def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", source: str = 
     from dstrace.analysis import load_and_analyze
     from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
 
-    analysis = load_and_analyze(run_dir, source=source, clock_policy=clock_policy, workers=workers)
+    analysis = load_and_analyze(run_dir, clock_policy=clock_policy, workers=workers)
     report, warnings = render(analysis, fmt, screen), list(analysis.warnings)
     if wanted:
         write(run_dir, fmt, wanted, report, warnings)

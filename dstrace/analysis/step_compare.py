@@ -109,8 +109,7 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
         raise UserError(f"rank {rank} has no traced steps here (ranks with some: "
                         f"{', '.join(map(str, stepped)) or 'none'})")
     if not ranks:
-        raise UserError("no traced steps to compare: the traces hold no dstrace/step or ProfilerStep ranges "
-                        "(read from rank summaries? use --source traces)")
+        raise UserError("no traced steps to compare: the traces hold no dstrace/step or ProfilerStep ranges")
     left_out: dict[int, str] = {}
     per_rank: list[tuple[dict, dict]] = []
     used: tuple[set[int], set[int]] = (set(), set())

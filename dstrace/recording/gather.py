@@ -16,7 +16,7 @@ from dstrace.errors import UserError
 from dstrace.rankset import ranks_text
 from dstrace.recording.launcher import fill_run_record
 from dstrace.runfolder.files import copy_regular_atomic
-from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, SUMMARY_SUFFIX, TRACE_SUFFIXES, rank_in_name
+from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, REDUCTION_SUFFIX, TRACE_SUFFIXES, rank_in_name
 from dstrace.runfolder.records import (RUN_SCHEMA, RankStatus, RunRecord, read_json_object, read_manifest,
                                        read_node_record, to_json, write_json_atomic)
 
@@ -32,7 +32,7 @@ def _listing(folder: str) -> list[str]:
 
 def _rank_files(folder: str) -> list[str]:
     return [n for n in _listing(folder)
-            if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(SUMMARY_SUFFIX)]
+            if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(REDUCTION_SUFFIX)]
 
 
 def _refuse_link(path: str, what: str) -> None:
@@ -67,7 +67,7 @@ def _plan(run_dir: str, sources: list[str]) -> list[tuple[str, str]]:
         if os.path.isfile(run_file) and not _is_gathered(run_file):
             entries.append((run_file, os.path.join(run_dir, NODES_DIR, f"{os.path.basename(src)}.json")))
         if not entries:
-            raise UserError(f"{src} holds no dstrace files (manifests, traces, summaries, node records)")
+            raise UserError(f"{src} holds no dstrace files (manifests, traces, kept reductions, node records)")
         for source, dest in entries:
             if os.path.islink(source) or not os.path.isfile(source):
                 raise UserError(f"{source} is a link or not a regular file: gather copies only the files the "

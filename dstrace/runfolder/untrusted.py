@@ -2,7 +2,7 @@
 
 A run folder may come from anyone. A file named like a trace may be a FIFO (opening it would wait forever),
 a device, a gzip that inflates a thousandfold (9 MB of zeros is 9 GB), or gigabytes of JSON. Every
-file the analysis reads goes through `open_regular`; traces and summaries through `json_chunks` as well,
+file the analysis reads goes through `open_regular`; traces through `json_chunks` as well,
 which inflates piece by piece and stops at the limits below with a `Refused` that says what is wrong.
 Standard library only, but for ISA-L's inflate (`isal`, 3-4x zlib's speed), imported at the first gzip
 where it is installed: a recorded job imports this module and must import nothing it would not; the kept
