@@ -1,10 +1,10 @@
 """Two ranges of traced steps side by side: what each step spends, by name, in ms per step.
 
 Answers "why is step N slower than step M" from the trace alone (`dstrace analyze RUN --steps 2:3 --against
-4:5`): each range's host items (outermost CPU ops and dstrace ranges) and GPU kernels by name, per step, and
-what changed most. A step-time shift the window covers is explained with it too. It names what grew; why it
-grew (a plan built per sequence length, synced_gpus' extra forwards, a cache growing, a recompilation) is for
-the reader to tell from the names. Steps where the profiler started or stopped (`steps.step_kinds`) are left
+4:5`): each range's host items (outermost CPU ops, dstrace ranges and torch.compile's compile ranges:
+`reduction.step_work`) and GPU kernels by name, per step, and what changed most. A step-time shift the
+window covers is explained with it too. It names what grew; why it grew (a plan built per sequence length,
+synced_gpus' extra forwards, a cache growing, a recompilation) is for the reader to tell from the names. Steps where the profiler started or stopped (`steps.step_kinds`) are left
 out: their time is the profiler's.
 """
 from __future__ import annotations
@@ -160,12 +160,13 @@ def render_text(c: StepComparison) -> str:
                     + ", ".join(f"step {s} ({k})" for s, k in sorted(c.left_out.items())))
     if c.steps_ms and c.against_ms is not None:
         head.append(f"traced step time: {c.steps_ms:.1f} ms against {c.against_ms:.1f} ms "
-                    f"({c.against_ms / c.steps_ms:.2f}x)")
+                    f"({c.against_ms / c.steps_ms:.3g}x)")
     rows = [("item", "kind", "ms/step", "ms/step against", "change")]
     rows += [(i.name[:70], i.kind, f"{i.steps_ms:.3f}", f"{i.against_ms:.3f}", f"{i.change_ms:+.3f}") for i in c.items]
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     table = ["  ".join(cell.ljust(w) if k < 2 else cell.rjust(w) for k, (cell, w) in enumerate(zip(r, widths)))
              for r in rows]
     foot = (f"each step's {STEP_WORK_ITEMS} largest host items and kernels by name; an item below a step's top "
-            f"{STEP_WORK_ITEMS} counts 0 there. Host items are outermost CPU ops and dstrace ranges (they overlap).")
+            f"{STEP_WORK_ITEMS} counts 0 there. Host items are outermost CPU ops, dstrace ranges and torch.compile's "
+            f"outermost compile ranges (they overlap).")
     return "\n".join([*head, "", *table, "", foot]) + "\n"
