@@ -88,9 +88,8 @@ outermost CPU ops alone show a recompiling step only as a slower `Torch-Compiled
 
 def compile_work(events: pd.DataFrame) -> pd.DataFrame:
     """The outermost of torch.compile's timed ranges (COMPILE_TIMER): the compile work of each step."""
-    ev = events.loc[events["cat"].isin(("cpu_op", "user_annotation"))
-                    & events["name"].astype(str).str.endswith(COMPILE_TIMER), ["name", "pid", "tid", "ts", "dur", "end"]]
-    return intervals.top_level(ev)
+    timed = events["cat"].isin(("cpu_op", "user_annotation")) & events["name"].str.endswith(COMPILE_TIMER)
+    return intervals.top_level(events.loc[timed, ["name", "pid", "tid", "ts", "dur", "end"]])
 
 
 def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> list[dict]:

@@ -3,9 +3,10 @@
 Answers "why is step N slower than step M" from the trace alone (`dstrace analyze RUN --steps 2:3 --against
 4:5`): each range's host items (outermost CPU ops, dstrace ranges and torch.compile's compile ranges:
 `reduction.step_work`) and GPU kernels by name, per step, and what changed most. A step-time shift the
-window covers is explained with it too. It names what grew; why it grew (a plan built per sequence length,
-synced_gpus' extra forwards, a cache growing, a recompilation) is for the reader to tell from the names. Steps where the profiler started or stopped (`steps.step_kinds`) are left
-out: their time is the profiler's.
+window covers is explained with it too. It names what grew; why it grew (a plan built per sequence length, a
+cache growing, a recompilation) is for the reader to tell from the names. Steps where the profiler started or
+stopped (`steps.step_kinds`) are left out: their time is the profiler's. A rank's forwards after its last new
+token (synced_gpus keeps a finished rank running forwards until every rank is done) are named, from the manifest.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class StepComparison:
     steps_used: list[int]  # traced steps of the first range that were compared (on the ranks, together)
     against_used: list[int]
     left_out: dict[int, str] = field(default_factory=dict)  # step -> its kind: the profiler's start or stop
+    after_last_token: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> its forwards after it
     steps_ms: float | None = None  # median traced step time of each range
     against_ms: float | None = None
     items: list[WorkItem] = field(default_factory=list)
@@ -53,6 +55,7 @@ class StepComparison:
         return {"schema": SCHEMA, "rank": self.rank, "ranks": self.ranks, "steps": list(self.steps),
                 "against": list(self.against), "steps_used": self.steps_used, "against_used": self.against_used,
                 "left_out": {str(k): v for k, v in sorted(self.left_out.items())},
+                "after_last_token": {str(r): list(s) for r, s in sorted(self.after_last_token.items())},
                 "steps_ms": self.steps_ms, "against_ms": self.against_ms,
                 "items": [{"name": i.name, "kind": i.kind, "steps_ms": i.steps_ms, "against_ms": i.against_ms,
                            "change_ms": i.change_ms} for i in self.items]}
@@ -77,6 +80,17 @@ def _boundary_steps(run: LoadedRun, rank: int) -> dict[int, str]:
     if call is None:
         return {}
     return {i: k for i, k in enumerate(step_kinds(m, call)) if k in BOUNDARY_KINDS}
+
+
+def _after_last_token(run: LoadedRun, rank: int) -> tuple[int, int] | None:
+    """First and last of the window call's forwards that came after the rank's last new token. A forward makes
+    one position of the sequence (step 0, the prefill, the first), so a call of T new tokens runs T; more
+    are forwards transformers' synced_gpus ran to keep the finished rank in step with the others."""
+    m = run.manifests.get(rank)
+    call = next((c for c in m.calls if m.window and c.index == m.window.call), None) if m else None
+    if call is None or call.new_tokens is None or len(call.step_ms) <= call.new_tokens:
+        return None
+    return call.new_tokens, len(call.step_ms) - 1
 
 
 def _step_ms(steps, wanted: list[int]) -> list[float]:
@@ -112,6 +126,7 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
         raise UserError("no traced steps to compare: the traces hold no dstrace/step or ProfilerStep ranges "
                         "(read from rank summaries? use --source traces)")
     left_out: dict[int, str] = {}
+    after = {r: span for r in ranks if (span := _after_last_token(run, r)) is not None}
     per_rank: list[tuple[dict, dict]] = []
     used: tuple[set[int], set[int]] = (set(), set())
     times: tuple[list[float], list[float]] = ([], [])
@@ -139,7 +154,7 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
                       float(statistics.median(b.get((n, kind), 0.0) for _, b in per_rank)))
              for n, kind in names]
     items.sort(key=lambda i: (-abs(i.change_ms), i.name))
-    return StepComparison(rank, ranks, steps, against, sorted(used[0]), sorted(used[1]), left_out,
+    return StepComparison(rank, ranks, steps, against, sorted(used[0]), sorted(used[1]), left_out, after,
                           float(statistics.median(times[0])) if times[0] else None,
                           float(statistics.median(times[1])) if times[1] else None, items[:top])
 
@@ -158,6 +173,9 @@ def render_text(c: StepComparison) -> str:
     if c.left_out:
         head.append("left out (the profiler's own start or stop): "
                     + ", ".join(f"step {s} ({k})" for s, k in sorted(c.left_out.items())))
+    for r, (first, last) in sorted(c.after_last_token.items()):
+        head.append(f"rank {r}: steps {first}-{last} came after its last new token ({first} new tokens, {last + 1} "
+                    f"forwards): forwards a finished rank runs under synced_gpus until every rank is done")
     if c.steps_ms and c.against_ms is not None:
         head.append(f"traced step time: {c.steps_ms:.1f} ms against {c.against_ms:.1f} ms "
                     f"({c.against_ms / c.steps_ms:.3g}x)")

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from tests.conftest import SCRIPTS, dstrace, read_trace, traces
+from tests.conftest import SCRIPTS, dstrace, free_port, manifests, read_trace, tool, traces
 
 COMPILE_TIMER = " (dynamo_timed)"  # torch.compile's name for the ranges its timers write
 
@@ -59,3 +59,23 @@ def test_a_growing_kv_cache_shows_as_its_concatenation_growing(tmp_path):
     assert (top["name"], top["kind"]) == ("aten::cat", "host") and top["change_ms"] > 0, c["items"][:3]
     assert all(i["steps_ms"] > 0 and i["against_ms"] > 0 for i in c["items"] if i["kind"] == "host"), c["items"]
 
+
+def test_synced_gpus_extra_forwards_are_named_on_the_rank_that_ran_them(tmp_path):
+    """ZeRO-3 on two gloo ranks, rank 1 asking for 4 new tokens and rank 0 for 10: rank 1's generate() runs 10
+    forwards, the last 6 after its last token, each gathering every parameter as its real ones do; the
+    comparison names them from the manifest (the trace's steps alone look alike)."""
+    run_dir = str(tmp_path / "synced")
+    result = dstrace("record", "-o", run_dir, "--window-start", "2", "--window-steps", "6", "--",
+                     tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
+                     os.path.join(SCRIPTS, "synced_generate.py"), "--max-new-tokens", "10", "--short-rank-tokens", "4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    calls = {r: m["calls"][0] for r, m in manifests(run_dir).items()}
+    assert {r: (c["new_tokens"], len(c["step_ms"])) for r, c in calls.items()} == {0: (10, 10), 1: (4, 10)}
+    gathered = calls[1]["gathered_bytes"]
+    assert gathered[0] > 0 and set(gathered[4:]) == {gathered[1]}  # full forwards, the same gathers
+    c = compared(run_dir, "--steps", "2:3", "--against", "4:7", "--rank", "1")
+    assert c["after_last_token"] == {"1": [4, 9]}
+    assert c["steps_used"] == [2, 3] and c["against_used"] == [4, 5, 6, 7]
+    assert compared(run_dir, "--steps", "2:3", "--against", "4:7")["after_last_token"] == {"1": [4, 9]}
+    text = dstrace("analyze", run_dir, "--steps", "2:3", "--against", "4:7", "--rank", "1").stdout
+    assert "rank 1: steps 4-9 came after its last new token (4 new tokens, 10 forwards)" in text, text
