@@ -78,7 +78,7 @@ def gather_ranges(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"ts": ev["ts"].to_numpy(), "bytes": sizes.to_numpy()}, columns=GATHER_COLUMNS)
 
 
-STEP_WORK_ITEMS = 32
+STEP_WORK_ITEMS = 64
 """Host items and kernel names kept per step: enough to name what grew between steps, small enough to cache."""
 COMPILE_TIMER = " (dynamo_timed)"
 """How torch.compile names the ranges its own timers write (`_compile.compile_inner (dynamo_timed)`: Dynamo

@@ -47,6 +47,8 @@ class StepComparison:
     against_used: list[int]
     left_out: dict[int, str] = field(default_factory=dict)  # step -> its kind: the profiler's start or stop
     after_last_token: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> its forwards after it
+    only_in_steps: list[str] = field(default_factory=list)  # host items in each step of the first range, in none
+    only_in_against: list[str] = field(default_factory=list)  # of the other's (whose kept items were all it had)
     steps_ms: float | None = None  # median traced step time of each range
     against_ms: float | None = None
     items: list[WorkItem] = field(default_factory=list)
@@ -56,6 +58,7 @@ class StepComparison:
                 "against": list(self.against), "steps_used": self.steps_used, "against_used": self.against_used,
                 "left_out": {str(k): v for k, v in sorted(self.left_out.items())},
                 "after_last_token": {str(r): list(s) for r, s in sorted(self.after_last_token.items())},
+                "only_in_steps": self.only_in_steps, "only_in_against": self.only_in_against,
                 "steps_ms": self.steps_ms, "against_ms": self.against_ms,
                 "items": [{"name": i.name, "kind": i.kind, "steps_ms": i.steps_ms, "against_ms": i.against_ms,
                            "change_ms": i.change_ms} for i in self.items]}
@@ -114,6 +117,16 @@ def _per_step(work: list[dict], steps: list[int]) -> dict[tuple[str, str], float
     return {k: v / len(steps) for k, v in total.items()}
 
 
+def _only_in(work: list[dict], mine: list[int], other: list[int]) -> set[str] | None:
+    """Host items in every step of `mine` and in no step of `other`; None when a step of `other` kept only
+    its top STEP_WORK_ITEMS (an item missing there may have been left out, not absent)."""
+    host = {w["step"]: w["host_us"] for w in work if w["step"] in (*mine, *other)}
+    if any(len(host.get(s, {})) >= STEP_WORK_ITEMS for s in other) or not mine or not other:
+        return None
+    every = set.intersection(*(set(host.get(s, {})) for s in mine))
+    return every - set().union(*(set(host.get(s, {})) for s in other))
+
+
 def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, int],
                   rank: int | None = None, top: int = TOP_ITEMS) -> StepComparison:
     """The two ranges compared on `rank`, or on every rank with traced steps (medians over them)."""
@@ -128,6 +141,7 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
     left_out: dict[int, str] = {}
     after = {r: span for r in ranks if (span := _after_last_token(run, r)) is not None}
     per_rank: list[tuple[dict, dict]] = []
+    only: tuple[list[set | None], list[set | None]] = ([], [])
     used: tuple[set[int], set[int]] = (set(), set())
     times: tuple[list[float], list[float]] = ([], [])
     for r in ranks:
@@ -143,6 +157,8 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
             times[side].extend(_step_ms(run.traces[r].reduced.steps, mine))
         if ranges[0] and ranges[1]:
             per_rank.append((_per_step(work, ranges[0]), _per_step(work, ranges[1])))
+            only[0].append(_only_in(work, ranges[0], ranges[1]))
+            only[1].append(_only_in(work, ranges[1], ranges[0]))
     if not per_rank:
         have = sorted({w["step"] for r in ranks for w in run.traces[r].reduced.step_work})
         raise UserError(f"steps {steps[0]}:{steps[1]} and {against[0]}:{against[1]} are not both in the traces "
@@ -154,8 +170,9 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
                       float(statistics.median(b.get((n, kind), 0.0) for _, b in per_rank)))
              for n, kind in names]
     items.sort(key=lambda i: (-abs(i.change_ms), i.name))
+    only_in = [sorted(set.intersection(*sets)) if sets and None not in sets else [] for sets in only]
     return StepComparison(rank, ranks, steps, against, sorted(used[0]), sorted(used[1]), left_out, after,
-                          float(statistics.median(times[0])) if times[0] else None,
+                          *only_in, float(statistics.median(times[0])) if times[0] else None,
                           float(statistics.median(times[1])) if times[1] else None, items[:top])
 
 
@@ -179,6 +196,10 @@ def render_text(c: StepComparison) -> str:
     if c.steps_ms and c.against_ms is not None:
         head.append(f"traced step time: {c.steps_ms:.1f} ms against {c.against_ms:.1f} ms "
                     f"({c.against_ms / c.steps_ms:.3g}x)")
+    for label, names, other in (("steps", c.only_in_steps, c.against_used), ("against", c.only_in_against, c.steps_used)):
+        if names:
+            head.append(f"only in the {label} range (in each of its steps, in none of {_label(other)}): "
+                        + ", ".join(names))
     rows = [("item", "kind", "ms/step", "ms/step against", "change")]
     rows += [(i.name[:70], i.kind, f"{i.steps_ms:.3f}", f"{i.against_ms:.3f}", f"{i.change_ms:+.3f}") for i in c.items]
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]

@@ -43,6 +43,7 @@ def test_a_recompiling_step_shows_its_compile_work(tmp_path):
     (item,) = compile_items  # the outermost compile range only: its nested timers are inside it
     assert item["kind"] == "host" and item["steps_ms"] > 0 and item["against_ms"] == 0
     assert c["items"].index(item) <= 1  # beside the compiled region's op that holds it, the largest change
+    assert item["name"] in c["only_in_steps"] and c["only_in_against"] == []
 
 
 def test_a_growing_kv_cache_shows_as_its_concatenation_growing(tmp_path):
@@ -63,7 +64,8 @@ def test_a_growing_kv_cache_shows_as_its_concatenation_growing(tmp_path):
 def test_synced_gpus_extra_forwards_are_named_on_the_rank_that_ran_them(tmp_path):
     """ZeRO-3 on two gloo ranks, rank 1 asking for 4 new tokens and rank 0 for 10: rank 1's generate() runs 10
     forwards, the last 6 after its last token, each gathering every parameter as its real ones do; the
-    comparison names them from the manifest (the trace's steps alone look alike)."""
+    comparison names them from the manifest, and shows them full forwards: what they lack is only the choice of
+    a token."""
     run_dir = str(tmp_path / "synced")
     result = dstrace("record", "-o", run_dir, "--window-start", "2", "--window-steps", "6", "--",
                      tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
@@ -76,6 +78,10 @@ def test_synced_gpus_extra_forwards_are_named_on_the_rank_that_ran_them(tmp_path
     c = compared(run_dir, "--steps", "2:3", "--against", "4:7", "--rank", "1")
     assert c["after_last_token"] == {"1": [4, 9]}
     assert c["steps_used"] == [2, 3] and c["against_used"] == [4, 5, 6, 7]
+    # what the extra forwards leave out is the token choice between forwards (the argmax, the stopping checks),
+    # not any of the ZeRO-3 gathers: every dstrace/zero3 range of the real steps is in each of them too
+    assert "aten::argmax" in c["only_in_steps"] and c["only_in_against"] == [], c
+    assert not [n for n in c["only_in_steps"] if n.startswith("dstrace/")], c["only_in_steps"]
     assert compared(run_dir, "--steps", "2:3", "--against", "4:7")["after_last_token"] == {"1": [4, 9]}
     text = dstrace("analyze", run_dir, "--steps", "2:3", "--against", "4:7", "--rank", "1").stdout
     assert "rank 1: steps 4-9 came after its last new token (4 new tokens, 10 forwards)" in text, text
