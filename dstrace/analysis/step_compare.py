@@ -177,9 +177,19 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
 
 
 def _label(steps: list[int]) -> str:
+    """`step 2`, `steps 2, 3`, `steps 2-21, 30`: a run of three or more steps in a row as its ends."""
     if not steps:
         return "no step"
-    return f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps))
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    runs: list[list[int]] = []
+    for s in sorted(steps):
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    parts = [f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
+    return "steps " + ", ".join(parts)
 
 
 def render_text(c: StepComparison) -> str:
