@@ -59,6 +59,8 @@ def test_a_growing_kv_cache_shows_as_its_concatenation_growing(tmp_path):
     top = c["items"][0]
     assert (top["name"], top["kind"]) == ("aten::cat", "host") and top["change_ms"] > 0, c["items"][:3]
     assert all(i["steps_ms"] > 0 and i["against_ms"] > 0 for i in c["items"] if i["kind"] == "host"), c["items"]
+    text = dstrace("analyze", run_dir, "--steps", "2:21", "--against", "378:397").stdout
+    assert "compared: steps 2-21 against steps 378-397\n" in text, text[:500]
 
 
 def test_synced_gpus_extra_forwards_are_named_on_the_rank_that_ran_them(tmp_path):
