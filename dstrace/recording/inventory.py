@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..runfolder.records import Inventory, Weight
+from dstrace.runfolder.records import Inventory, Weight
 
 # Floating-point buffers named in the manifest at most (a model has a handful: rotary frequencies, norms' stats).
 MAX_BUFFERS = 512

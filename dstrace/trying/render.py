@@ -4,13 +4,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from dstrace.analysis.render.common import size
+from dstrace.analysis.render.markdown import md_cell, md_table
 from dstrace.comparison.model import Comparison
 from dstrace.comparison.render import render as render_comparison
 from dstrace.comparison.render import to_dict
-from dstrace.say import md_inline, one_line
+from dstrace.say import one_line
 from dstrace.trying.keys import describe
 from dstrace.trying.result import AS_IS, TRY_SCHEMA, VARIANT, TryRun, dtype_differences, outcome, same_output, side
+from dstrace.units import ratio, size, spread
 
 FORMATS = ("text", "markdown", "json")
 
@@ -38,7 +39,7 @@ def build(comparison: Comparison, overrides, notes: list[str], runs: list[TryRun
 def _ms(s: dict) -> str:
     if s["ms_per_step"] is None:
         return "-"
-    return f"{s['ms_per_step']:.1f} [{s['ms_per_step_low']:.1f}-{s['ms_per_step_high']:.1f}]"
+    return spread(s["ms_per_step"], s["ms_per_step_low"], s["ms_per_step_high"])
 
 
 def _rows(result: dict) -> list[tuple[str, str, str]]:
@@ -55,8 +56,8 @@ def _rows(result: dict) -> list[tuple[str, str, str]]:
 def _lines(result: dict) -> list[str]:
     """What the table does not hold: the verdict, what differs, failures, overrides not applied, notes."""
     v, verdict = result["variant"], result["verdict"]
-    ratio = verdict.get("ratios", {}).get(VARIANT, {}).get("ms_per_step")
-    out = [f"verdict: {verdict['outcome']}" + (f" ({ratio:.2f}x the as-is ms per step)" if ratio else "")
+    times = verdict.get("ratios", {}).get(VARIANT, {}).get("ms_per_step")
+    out = [f"verdict: {verdict['outcome']}" + (f" ({ratio(times)} the as-is ms per step)" if times else "")
            + (f"; {verdict['rule']}" if verdict["outcome"] == "indistinguishable" else "")]
     out += [f"answers: {d}" for d in result["output_differences"]]
     if result["dtype_differences"]:
@@ -78,13 +79,9 @@ def render_text(result: dict) -> str:
 
 
 def render_markdown(result: dict, comparison: Comparison) -> str:
-    def cell(x: str) -> str:
-        return md_inline(x).replace("|", "\\|")
-
-    out = [f"### dstrace try: `{cell(describe(list(result['overrides'].items())))}`", "",
-           "| | as-is | variant |", "|---|---|---|"]
-    out += [f"| {cell(a)} | {cell(b)} | {cell(c)} |" for a, b, c in _rows(result)]
-    out += [""] + [f"- {cell(x)}" for x in _lines(result)]
+    out = [f"### dstrace try: `{md_cell(describe(list(result['overrides'].items())))}`", ""]
+    out += md_table(["", "as-is", "variant"], _rows(result))
+    out += [""] + [f"- {md_cell(x)}" for x in _lines(result)]
     return ("\n".join(out) + "\n\n<details><summary>The comparison</summary>\n\n"
             + render_comparison(comparison, "markdown") + "\n</details>\n")
 
