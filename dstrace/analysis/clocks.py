@@ -89,7 +89,7 @@ def estimate_clock_offsets(coll: pd.DataFrame, hosts: dict[int, str | None],
 def apply_offsets(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> pd.DataFrame:
     """Shift ts/end/host_ts of ranks whose offset is applied, then record each rank's residual and the
     median length of the calls it was measured on (per call, the longer of the two ranks' durations)."""
-    coll = coll.copy()
+    coll = coll.copy(deep=False)  # the shifted columns are replaced, not written into
     shift = coll["rank"].map({r: (o.offset_us if o.applied else 0.0) for r, o in offsets.items()}).fillna(0.0)
     for col in ("ts", "end", "host_ts"):
         coll[col] = coll[col] - shift
@@ -124,7 +124,7 @@ def refuse_unsupported(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> t
             f"{o.matched} collectives matched with rank {o.via} is {o.offset_us:+.1f} us, yet after that shift "
             f"their ends still differ by {o.residual_us:.1f} us (median), more than the shift itself: these "
             "collectives do not align the clocks, so the times of each rank stay on its own clock")
-    coll = coll.copy()
+    coll = coll.copy(deep=False)
     shift = coll["rank"].map({r: refused[r].offset_us for r in refused}).fillna(0.0)
     for col in ("ts", "end", "host_ts"):
         coll[col] = coll[col] + shift
@@ -156,7 +156,8 @@ def doubtful_clocks(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> dict
     """Ranks whose residual exceeds RESIDUAL_MAX_SHARE of the calls it was measured on. Only where the calls
     are kernels: a kernel ends when the last byte arrives everywhere, so its ends must line up; host-side
     ops (gloo) end after their own work, and their residual measures that, not the clock."""
-    kernel_ranks = set(coll.loc[coll["source"] == "nccl kernel", "rank"])
+    kernels = (coll["source"] == "nccl kernel").to_numpy(dtype=bool, na_value=False)
+    kernel_ranks = set(pd.unique(coll["rank"].to_numpy()[kernels]).tolist())  # not a set of millions of rows
     return {r: o for r, o in offsets.items()
             if r in kernel_ranks and o.residual_us is not None and o.call_median_us
             and o.residual_us > RESIDUAL_MAX_SHARE * o.call_median_us}

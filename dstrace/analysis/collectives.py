@@ -294,14 +294,21 @@ def _overlap_union_us(rows: pd.DataFrame) -> float | None:
 
 def _overlapping(coll: pd.DataFrame) -> list[tuple]:
     """The (rank, kind) pairs some of whose calls overlap in time: a call starting before an earlier one of
-    the pair has ended. One sort over all ranks; only these pairs need `_overlap_union_us`."""
+    the pair has ended. One sort over all ranks, keyed by integer codes (a grouping by the kind's text hashed
+    every call's, seconds at millions of calls); only these pairs need `_overlap_union_us`."""
     if coll.empty:
         return []
-    ordered = coll[["rank", "kind", "ts", "end"]].sort_values(["rank", "kind", "ts"], kind="stable")
-    reach = ordered.groupby(["rank", "kind"], sort=False)["end"].cummax()
-    earlier = reach.groupby([ordered["rank"], ordered["kind"]], sort=False).shift()
-    hit = ordered.loc[ordered["ts"] < earlier, ["rank", "kind"]].drop_duplicates()
-    return sorted(hit.itertuples(index=False, name=None))
+    ranks, rank_values = pd.factorize(coll["rank"])
+    kinds, kind_values = pd.factorize(coll["kind"])
+    pair = np.where((kinds >= 0) & (ranks >= 0), ranks.astype(np.int64) * max(len(kind_values), 1) + kinds, -1)
+    ts, end = coll["ts"].to_numpy(dtype="float64"), coll["end"].to_numpy(dtype="float64")
+    order = np.lexsort((ts, pair))  # stable: a pair's calls by start, ties as they come
+    pair, ts, end = pair[order], ts[order], end[order]
+    reach = pd.Series(end).groupby(pair).cummax().to_numpy()  # gaps skipped, as a grouped cummax does
+    same = (pair[1:] == pair[:-1]) & (pair[1:] >= 0)
+    hit = np.flatnonzero(same & (ts[1:] < reach[:-1])) + 1
+    width, rank_of, kind_of_code = max(len(kind_values), 1), rank_values.tolist(), kind_values.tolist()
+    return sorted((rank_of[c // width], kind_of_code[c % width]) for c in np.unique(pair[hit]).tolist())
 
 
 def collective_stats(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None

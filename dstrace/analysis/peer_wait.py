@@ -26,12 +26,13 @@ from dstrace.rankset import ranks_text
 def withhold(coll: pd.DataFrame, offsets: dict[int, ClockOffset], given: str | None = None) -> pd.DataFrame:
     """Withhold the split of every call of a rank whose clock is doubtful (and of its matched calls on other
     ranks, whose split compares against its starts), or of every call when `given` says why."""
-    coll = coll.copy()
+    coll = coll.copy(deep=False)  # only `withheld` changes: the other columns are the caller's
     if given is not None:
         coll["withheld"] = GIVEN
         return coll
     doubtful = doubtful_clocks(coll, offsets)
     if doubtful:
+        coll["withheld"] = coll["withheld"].copy()
         touched = coll["instance"].isin(set(coll.loc[coll["rank"].isin(doubtful), "instance"]))
         coll.loc[touched & coll["withheld"].isna(), "withheld"] = CLOCK
     return coll
@@ -44,7 +45,7 @@ def split_wait(coll: pd.DataFrame) -> pd.DataFrame:
     the rank that arrived last (the one this rank waited on), or -1 for the last rank itself, for calls
     no peer was matched to and for calls whose split is withheld.
     """
-    coll = coll.copy()
+    coll = coll.copy(deep=False)  # columns are added, none written into
     if coll.empty:
         for col in ("wait_us", "transfer_us"):
             coll[col] = pd.Series(dtype=float)
