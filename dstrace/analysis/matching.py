@@ -128,10 +128,14 @@ def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
     coll["match"], expected, coll["withheld"] = _match_keys(coll, present)
     keys = ["match", "step"]
     coll["ordinal"] = coll.groupby(["rank"] + keys).cumcount()
-    counts = coll.groupby(keys + ["rank"]).size().unstack("rank")
-    for (match, step), row in counts[counts.nunique(axis=1) > 1].iterrows():  # counts that differ by rank
+    # calls per (key, step, rank), long: a (key, step) x rank table is 0.3 GB at 10,000 ranks of 1,250 groups
+    counts = coll.groupby(keys + ["rank"]).size()
+    by_key = counts.groupby(level=[0, 1])
+    differ = by_key.min() != by_key.max()
+    for match, step in differ.index[differ.to_numpy()]:  # counts that differ by rank
+        row = counts.loc[(match, step)]
         where = f" in step {step}" if step >= 0 else ""
-        detail = ", ".join(f"rank {int(r)}: {int(c)}" for r, c in row.dropna().items())
+        detail = ", ".join(f"rank {int(r)}: {int(c)}" for r, c in row.items())
         what = (f"send/recv counts differ on {match[4:]}" if match.startswith("p2p ")
                 else "{1} counts differ across ranks of group {0}".format(*match.split("\x1f")))
         warnings.append(f"{what}{where} ({detail}); matched in order, the extra calls' wait/transfer split "

@@ -81,7 +81,7 @@ def wait_summary(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | N
     unsplit = ~coll["split"].astype(bool)
     wait, comm = rank_sums(coll["rank"], coll["wait_us"]), rank_sums(coll["rank"], coll["dur"])
     withheld = rank_sums(coll.loc[unsplit, "rank"], coll.loc[unsplit, "dur"])
-    late = coll[coll["waited_for"] >= 0]
+    late = coll.loc[coll["waited_for"] >= 0, ["rank", "waited_for", "wait_us", "instance"]]  # not every column
     waited = late.groupby(["rank", "waited_for"])["wait_us"].sum()
     waited_for: dict[int, dict[int, float]] = defaultdict(dict)
     for (rank, peer), w in waited[waited > 0].items():

@@ -79,13 +79,17 @@ def clean_trace_steps(run: LoadedRun, steps: pd.DataFrame) -> pd.DataFrame:
     that would leave none."""
     if steps.empty:
         return steps
-    keep = []
-    for rank, g in steps.groupby("rank", sort=False):
+    windowed = {}  # rank -> (manifest, its profiled call): only these ranks can lose steps
+    for rank in pd.unique(steps["rank"]).tolist():
         m = run.manifests.get(int(rank))
         call = next((c for c in m.calls if m.window and c.index == m.window.call), None) if m else None
-        if call is None:
-            keep.append(g)
-            continue
+        if call is not None:
+            windowed[rank] = (m, call)
+    if not windowed:  # no rank's manifest names its window: every step stays (no 10,000 per-rank frames)
+        return steps
+    keep = [steps[~steps["rank"].isin(list(windowed))]]
+    for rank, g in steps[steps["rank"].isin(list(windowed))].groupby("rank", sort=False):
+        m, call = windowed[rank]
         kinds = step_kinds(m, call)
         clean = g[[not (0 <= s < len(kinds)) or kinds[s] not in BOUNDARY_KINDS for s in g["step"].astype(int)]]
         keep.append(clean if len(clean) else g)
