@@ -228,8 +228,9 @@ def _per_value(column: pd.Series, fn) -> np.ndarray:
 
 def collective_events(run: LoadedRun) -> pd.DataFrame:
     """All ranks' collectives, one row each: rank, kind, ts, dur, end, host_ts, bytes, group, group_ranks."""
+    gpu = run.device == "gpu"  # once: the property reads every rank
     kept = [(rank, t.reduced.collectives) for rank, t in sorted(run.traces.items())
-            if len(t.reduced.collectives) and t.has_gpu == (run.device == "gpu")]
+            if len(t.reduced.collectives) and t.has_gpu == gpu]
     if not kept:
         return pd.DataFrame(columns=COLUMNS)
     df = pd.concat([f for _, f in kept], ignore_index=True)
@@ -252,8 +253,9 @@ def rank_windows(run: LoadedRun, offsets: dict[int, ClockOffset]) -> dict[int, t
     """Each rank's analysed window (`utilization`: the kernel span on GPU, the step ranges on CPU) on the
     aligned clock of `alignment.align`."""
     out = {}
+    gpu = run.device == "gpu"
     for r, t in run.traces.items():
-        window = t.reduced.utilization.get("window_us") if t.has_gpu == (run.device == "gpu") else None
+        window = t.reduced.utilization.get("window_us") if t.has_gpu == gpu else None
         if not window:
             continue
         o = offsets.get(r)

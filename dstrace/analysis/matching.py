@@ -57,11 +57,13 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
 
 def _group_kind_keys(coll: pd.DataFrame) -> pd.Series:
     """"<group>\x1f<kind>" per call as text, one object per distinct pair."""
-    group, kind = coll["group"].astype(str), coll["kind"].astype(str)
-    if group.isna().any() or kind.isna().any():
+    if coll["group"].isna().any() or coll["kind"].isna().any():
+        group, kind = coll["group"].astype(str), coll["kind"].astype(str)
         return group + "\x1f" + kind
-    g, groups = _codes(group)
-    k, kinds = _codes(kind)
+    # as text (`astype(str)`) once per distinct value, not per call
+    g, groups = _codes(coll["group"])
+    k, kinds = _codes(coll["kind"])
+    groups, kinds = [str(v) for v in groups], [str(v) for v in kinds]
     pairs, inverse = np.unique(g * max(len(kinds), 1) + k, return_inverse=True)
     lookup = np.array([f"{groups[p // max(len(kinds), 1)]}\x1f{kinds[p % max(len(kinds), 1)]}" for p in pairs],
                       dtype=object)
@@ -125,15 +127,20 @@ def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
     coll["step"] = assign_steps(coll, steps) if use_steps else -1
     if not _sorted_by_rank_ts(coll):  # `collective_events` hands them over sorted: no copy of every column
         coll = coll.sort_values(["rank", "ts"], kind="stable")
-    coll["match"], expected, coll["withheld"] = _match_keys(coll, present)
+    match, expected, coll["withheld"] = _match_keys(coll, present)
+    codes, texts = pd.factorize(match, sort=True)
+    # grouped by three times below: as integers in the texts' order (the same groups, numbered the same), not
+    # millions of texts hashed each time; a key without text (none is made) keeps the text
+    coll["match"] = codes if (codes >= 0).all() else match
+    text_of = (lambda m: texts[m]) if (codes >= 0).all() else (lambda m: m)
     keys = ["match", "step"]
     coll["ordinal"] = coll.groupby(["rank"] + keys).cumcount()
     # calls per (key, step, rank), long: a (key, step) x rank table is 0.3 GB at 10,000 ranks of 1,250 groups
     counts = coll.groupby(keys + ["rank"]).size()
     by_key = counts.groupby(level=[0, 1])
     differ = by_key.min() != by_key.max()
-    for match, step in differ.index[differ.to_numpy()]:  # counts that differ by rank
-        row = counts.loc[(match, step)]
+    for key, step in differ.index[differ.to_numpy()]:  # counts that differ by rank
+        row, match = counts.loc[(key, step)], text_of(key)
         where = f" in step {step}" if step >= 0 else ""
         detail = ", ".join(f"rank {int(r)}: {int(c)}" for r, c in row.items())
         what = (f"send/recv counts differ on {match[4:]}" if match.startswith("p2p ")
