@@ -246,7 +246,19 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     df["group_size"] = df["group_size"].astype("int64")
     df["p2p_peer"] = pd.to_numeric(df["p2p_peer"], errors="coerce")
     df["p2p_role"] = df["p2p_role"].where(df["p2p_role"].isin(("send", "recv")), None)
-    return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)[COLUMNS]
+    if not in_rank_ts_order(df):  # ranks come in order, each its calls by start: no sorted copy of them all
+        df = df.sort_values(["rank", "ts"], kind="stable")
+    return df.reset_index(drop=True)[COLUMNS]
+
+
+def in_rank_ts_order(df: pd.DataFrame) -> bool:
+    """Whether the rows are in (rank, ts) order already, so a stable sort would leave them as they are."""
+    rank, ts = df["rank"].to_numpy(), df["ts"].to_numpy(dtype="float64")
+    if len(rank) < 2:
+        return True
+    if np.isnan(ts).any():
+        return False
+    return bool(np.all((rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (ts[1:] >= ts[:-1]))))
 
 
 def rank_windows(run: LoadedRun, offsets: dict[int, ClockOffset]) -> dict[int, tuple[float, float]]:

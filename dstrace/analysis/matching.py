@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dstrace.analysis.collectives import in_rank_ts_order
 from dstrace.trace_names import P2P_KINDS, UNNAMED_NCCL
 
 PEER_UNNAMED = "p2p-peer-unnamed"
@@ -105,15 +106,6 @@ def absent_members(coll: pd.DataFrame, present: set[int]) -> dict[str, list[int]
     return out
 
 
-def _sorted_by_rank_ts(coll: pd.DataFrame) -> bool:
-    """Whether the rows are in (rank, ts) order already, so a stable sort would leave them as they are."""
-    rank, ts = coll["rank"].to_numpy(), coll["ts"].to_numpy(dtype="float64")
-    if len(rank) < 2 or np.isnan(ts).any():
-        return len(rank) < 2
-    later = rank[1:] > rank[:-1]
-    return bool(np.all(later | ((rank[1:] == rank[:-1]) & (ts[1:] >= ts[:-1]))))
-
-
 def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
                       ranks=None) -> tuple[pd.DataFrame, list[str]]:
     """Give each call an `instance` id shared by the same call on all ranks that took part in it, and say in
@@ -125,7 +117,7 @@ def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
     ranks_with_steps = set(steps["rank"]) if steps is not None and not steps.empty else set()
     use_steps = bool(ranks_with_steps) and ranks_with_steps >= set(coll["rank"])
     coll["step"] = assign_steps(coll, steps) if use_steps else -1
-    if not _sorted_by_rank_ts(coll):  # `collective_events` hands them over sorted: no copy of every column
+    if not in_rank_ts_order(coll):  # `collective_events` hands them over sorted: no copy of every column
         coll = coll.sort_values(["rank", "ts"], kind="stable")
     match, expected, coll["withheld"] = _match_keys(coll, present)
     codes, texts = pd.factorize(match, sort=True)
