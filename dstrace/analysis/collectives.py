@@ -373,7 +373,7 @@ def window_notes(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | N
         return []
     notes = []
     kept = in_windows(coll, windows)
-    outside = coll.loc[~coll.index.isin(kept.index), "rank"]
+    outside = coll["rank"].iloc[:0] if kept is coll else coll.loc[~coll.index.isin(kept.index), "rank"]
     if len(outside):
         notes.append(f"{len(outside)} collective call(s) on {ranks_text(set(outside))} start outside the analysed "
                      "span and are left out of the Collectives table")

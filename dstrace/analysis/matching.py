@@ -56,6 +56,16 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list]:
     return remap[by_id], list(index)
 
 
+def _group_lacks(group: pd.Series, lacking: dict) -> pd.Series:
+    """`group.map(lacking).astype(bool)` (a group not in `lacking` reads True, as NaN does), looked up once per
+    distinct group rather than once per call."""
+    if group.isna().any():
+        return group.map(lacking).astype(bool)
+    codes, values = _codes(group)
+    per_value = np.array([bool(lacking.get(v, True)) for v in values], dtype=bool)
+    return pd.Series(per_value[codes], index=group.index)
+
+
 def _group_kind_keys(coll: pd.DataFrame) -> pd.Series:
     """"<group>\x1f<kind>" per call as text, one object per distinct pair."""
     if coll["group"].isna().any() or coll["kind"].isna().any():
@@ -143,7 +153,7 @@ def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
     members = coll.groupby("instance")["rank"].transform("nunique")
     short = coll["withheld"].isna() & (members < expected)
     lacking = {g: ranks is None or bool(ranks) for g, ranks in absent_members(coll, present).items()}
-    absent = coll["group"].map(lacking).astype(bool) & ~coll["kind"].isin(P2P_KINDS)
+    absent = _group_lacks(coll["group"], lacking) & ~coll["kind"].isin(P2P_KINDS)
     coll.loc[short & absent, "withheld"] = GROUP_ABSENT
     coll.loc[short & coll["withheld"].isna(), "withheld"] = UNMATCHED
     return coll.drop(columns=["match"]), warnings
