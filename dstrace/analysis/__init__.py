@@ -68,20 +68,23 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "auto", workers: int | None = None,
+def load_and_analyze(trace_dir, source: str = "auto", clock_policy: str = "auto", workers: int | None = None,
                      progress=None):
     """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
-    `progress(message)` hears what is being read (default: stderr)."""
+    `trace_dir`: the folder's path, or its `RunFolder` when the caller has listed it. `progress(message)` hears
+    what is being read (default: stderr)."""
     from dstrace.analysis import summaries
-    from dstrace.analysis.loading import is_single_trace, load_run, stderr_progress
+    from dstrace.analysis.loading import load_run, run_folder, stderr_progress
     from dstrace.analysis.pipeline import analyze
+    from dstrace.runfolder.folder import RunFolder
 
     progress = progress or stderr_progress
-    if not is_single_trace(trace_dir) and summaries.choose_source(trace_dir, source) == "summaries":
-        run = summaries.load_summaries(trace_dir)
+    folder = trace_dir if isinstance(trace_dir, RunFolder) else run_folder(trace_dir)
+    if not folder.single and summaries.choose_source(folder, source) == "summaries":
+        run = summaries.load_summaries(folder)
         progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")
     else:
-        run = load_run(trace_dir, progress=progress, workers=workers)
+        run = load_run(folder, progress=progress, workers=workers)
         progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
     return analyze(run, clock_policy=clock_policy)
 
@@ -91,14 +94,19 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
     """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
     options or dstrace changed since, else a new analysis (then kept)."""
     from dstrace.analysis import report_cache
+    from dstrace.runfolder.folder import FolderRefused, RunFolder
 
     options = {"format": fmt, "align_clocks": clock_policy, "source": source}
     if fmt == "text" and screen is not None:
         options |= screen.options()
     elif fmt in ("markdown", "html") and screen is not None:
         options["verbose"] = screen.verbose  # the whole legend or the terms used
+    try:  # listed once: the report's key and the analysis read the same listing, each file hashed once
+        folder = RunFolder.scan(trace_dir)
+    except FolderRefused:
+        folder = None  # the analysis says what is wrong
     single = os.path.isfile(trace_dir)  # one trace file: its reduction is kept beside it, no report is
-    key = None if single else report_cache.key(trace_dir, options)  # None for a folder that cannot be read
+    key = None if single or folder is None else report_cache.key(folder, options)
     kept = report_cache.read(trace_dir, fmt, key) if key else None
     if kept is not None:
         say(f"nothing in the folder changed since the last analysis: its report, from "
@@ -106,7 +114,7 @@ def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str 
         return kept
     from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
 
-    analysis = load_and_analyze(trace_dir, source=source, clock_policy=clock_policy, workers=workers)
+    analysis = load_and_analyze(folder or trace_dir, source=source, clock_policy=clock_policy, workers=workers)
     report, warnings = render(analysis, fmt, screen), list(analysis.warnings)
     if key:
         report_cache.write(trace_dir, fmt, key, report, warnings)

@@ -51,9 +51,10 @@ def cache_path(trace_path: str) -> str:
     return os.path.join(folder, f".{name}{SUFFIX}")
 
 
-def fingerprint(trace_path: str) -> dict:
-    """What a cache must match: the trace's content, the cache format, and the code and libraries that made it."""
-    return {**identity.content(trace_path), "format": FORMAT, **identity.versions()}
+def fingerprint(trace_path: str, content: dict | None = None) -> dict:
+    """What a cache must match: the trace's content (`content`: its `untrusted.content`, when the caller has
+    taken it already), the cache format, and the code and libraries that made it."""
+    return {**(content or untrusted.content(trace_path)), "format": FORMAT, **identity.versions()}
 
 
 def _encode(series: pd.Series) -> tuple[str, dict[str, np.ndarray]]:
@@ -219,9 +220,9 @@ def write(target: str, print_: dict, trace_meta: dict, reduced: RankReduction, w
         f.write(MAGIC + identity.seal(payload) + payload)
 
 
-def read(trace_path: str, world_hint: int, source: str | None = None) -> Cached | None:
+def read(trace_path: str, world_hint: int, source: str | None = None, content: dict | None = None) -> Cached | None:
     """The cached reduction of `trace_path`, or None when there is no cache that dstrace sealed for the trace
-    as it is now and this world size hint. Never raises for a bad cache file."""
+    as it is now (`content`, when the caller has it) and this world size hint. Never raises for a bad cache file."""
     source = source or cache_path(trace_path)
     try:
         data = untrusted.read_bytes(source, MAX_CACHE_BYTES)
@@ -231,7 +232,7 @@ def read(trace_path: str, world_hint: int, source: str | None = None) -> Cached 
         with np.load(io.BytesIO(data[start:]), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         head = json.loads(arrays.pop("head").tobytes())
-        if head["fingerprint"] != fingerprint(trace_path) or head["world_hint"] != world_hint:
+        if head["fingerprint"] != fingerprint(trace_path, content) or head["world_hint"] != world_hint:
             return None
         reduced = unpack(arrays, head)
         return None if reduced is None else Cached(meta=head["trace_meta"], reduced=reduced)

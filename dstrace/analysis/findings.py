@@ -22,6 +22,7 @@ from dstrace.analysis.shift import (
 from dstrace.analysis.step_compare import compare_steps
 from dstrace.analysis.steps import MANIFEST_COVERS, cost_json, decode_step_ms
 from dstrace.errors import UserError
+from dstrace.runfolder.records import error_line
 
 COMM_BOUND_EXPOSED_FRACTION = 0.30
 """Communication transfer not hidden behind compute above ~30% of the span is the largest single cost
@@ -60,16 +61,6 @@ DDP_TRIGGERS = ("DistributedDataParallel.forward",)
 TP_ERROR = re.compile(r"tensor_parallel|tp_size|autotp|TPTraining", re.IGNORECASE)
 """DeepSpeed's refusals name the key (`tensor_parallel.tp_size`), or only the nested model and field
 (`1 validation error for TPTrainingConfig / tp_size`, seen with 0.19.8)."""
-
-
-def error_line(error: dict | None, limit: int = 200) -> str:
-    """An exception as one line: `Type: first lines of the message`, without pydantic's help links."""
-    if not error:
-        return ""
-    lines = [x.strip() for x in str(error.get("message", "")).splitlines()
-             if x.strip() and not x.strip().startswith("For further information")]
-    text = f"{error.get('type', 'error')}: " + " / ".join(lines)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 HOST_BOUND_MOSTLY_SHARE = 0.5

@@ -2,11 +2,10 @@
 caches that stand in for a parse (`cache`) or a whole report (`report_cache`).
 
 A cache may answer only for the very bytes it was made from: the key is a hash of each whole file
-(xxh3-128, ~10 GB/s: well under a parse), never its size, time or a part of it. And a cache file sits in
+(`untrusted.content`, taken once per analysis on the folder's `RunFolder` entry). And a cache file sits in
 a folder anyone may have written, so one that dstrace did not write itself must never be believed: each
 is sealed with a keyed hash (BLAKE2b) under a secret kept in the user's own cache folder, and a cache
-whose seal does not verify is no cache. Standard library and xxhash only: a report-cache hit imports no
-pandas.
+whose seal does not verify is no cache. Standard library only: a report-cache hit imports no pandas.
 """
 from __future__ import annotations
 
@@ -17,11 +16,8 @@ import secrets
 from functools import lru_cache
 from importlib import metadata
 
-import xxhash
-
 from dstrace.runfolder.untrusted import open_regular
 
-HASH_READ_BYTES = 8 << 20
 SEAL_BYTES = 32
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,18 +51,6 @@ def versions() -> dict:
 
     return {"dstrace": __version__, "code": code(), "hta": version("holistictraceanalysis"),
             "pandas": version("pandas")}
-
-
-def content(path: str) -> dict:
-    """Size and a hash of every byte: any edit, wherever it is and whatever it does to size and mtime,
-    changes the key. Raises OSError (or `untrusted.Refused` for what is not a regular file)."""
-    h = xxhash.xxh3_128()
-    size = 0
-    with open_regular(path) as f:
-        while chunk := f.read(HASH_READ_BYTES):
-            h.update(chunk)
-            size += len(chunk)
-    return {"size": size, "xxh3_128": h.hexdigest()}
 
 
 def _key_path() -> str:

@@ -20,7 +20,8 @@ import os
 
 from dstrace.analysis import identity
 from dstrace.runfolder import untrusted
-from dstrace.runfolder.names import REPORT_CACHE_PREFIX, derived_from_the_run
+from dstrace.runfolder.folder import RunFolder
+from dstrace.runfolder.names import REPORT_CACHE_PREFIX
 from dstrace.runfolder.records import write_json_atomic
 
 PREFIX = REPORT_CACHE_PREFIX
@@ -29,15 +30,15 @@ MAX_REPORT_BYTES = 256 << 20
 """A kept report larger than this is not one dstrace wrote."""
 
 
-def key(trace_dir: str, options: dict) -> str | None:
-    """What the report of `trace_dir` under `options` depends on, hashed; None when the folder cannot be read
-    (or holds something that is not a file where a file is expected: the analysis then says what)."""
+def key(folder: RunFolder, options: dict) -> str | None:
+    """What the report of the run folder under `options` depends on, hashed (each file's `content`, which the
+    analysis then reuses); None when a file cannot be read (or is not a file where a file is expected: the
+    analysis then says what)."""
     try:
-        files = {e.name: identity.content(e.path) for e in os.scandir(trace_dir)
-                 if not derived_from_the_run(e.name) and e.is_file()}
+        files = {f.name: f.content for f in folder.run_files}
     except (OSError, untrusted.Refused):
         return None
-    payload = {"dir": os.path.abspath(trace_dir), "files": files, "options": options,
+    payload = {"dir": folder.path, "files": files, "options": options,
                "versions": identity.versions()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

@@ -24,12 +24,14 @@ import pandas as pd
 from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
-from dstrace.analysis.loading import MAX_WORLD_SIZE, folder_names, read_manifests, settle_run
+from dstrace.analysis.loading import folder_records, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
 from dstrace.errors import UserError
-from dstrace.runfolder.names import SUMMARY_SUFFIX, TRACE_SUFFIXES
+from dstrace.runfolder.folder import SUMMARY, TRACE, FolderFile, RunFolder, dstrace_metadata, host_of
+from dstrace.runfolder.names import SUMMARY_SUFFIX
+from dstrace.runfolder.records import MAX_WORLD
 
 SUMMARY_SCHEMA = "dstrace.summary/2"
 AUTO_MIN_TRACE_BYTES = 2 << 30
@@ -63,10 +65,10 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
     """Reduce each rank's trace (rank -> file name in `run_dir`) and write its summary beside it: what `dstrace
     record` does once the command has ended. The reductions are those `dstrace analyze` makes (and keeps in
     its caches, so the first analysis reads no trace). Returns one line per rank left without a summary."""
-    from dstrace.analysis.loading import Parsed, _host_of, dstrace_metadata, parse_traces
+    from dstrace.analysis.loading import Parsed, parse_traces
 
     paths = {rank: os.path.join(run_dir, name) for rank, name in sorted(traces.items())}
-    parsed = parse_traces(list(paths.values()), progress, world_hint=world_size)
+    parsed = parse_traces([FolderFile(p, TRACE) for p in paths.values()], progress, world_hint=world_size)
     problems = []
     for rank, path in paths.items():
         result = parsed[path]
@@ -77,7 +79,7 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
         ours = dstrace_metadata(meta) or {}
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
         try:
-            write_summary(summary_path(run_dir, rank), result.reduced, rank, world_size or None, _host_of(path, meta),
+            write_summary(summary_path(run_dir, rank), result.reduced, rank, world_size or None, host_of(path, meta),
                           ours.get("run_id"), os.path.basename(path), dist)
         except OSError as exc:
             problems.append(f"rank {rank}: no summary: {exc.strerror or exc}")
@@ -181,10 +183,10 @@ def _check(data: dict, reduced: RankReduction | None, frames_checked: bool = Fal
     frames were checked as columns, `_columns_problem`)."""
     if reduced is None:
         return "a frame is incomplete"
-    if not (isinstance(data.get("rank"), int) and 0 <= data["rank"] < MAX_WORLD_SIZE):
+    if not (isinstance(data.get("rank"), int) and 0 <= data["rank"] < MAX_WORLD):
         return f"rank {str(data.get('rank'))[:40]} is not a rank"
     if data.get("world_size") is not None and not (isinstance(data["world_size"], int)
-                                                   and 1 <= data["world_size"] <= MAX_WORLD_SIZE):
+                                                   and 1 <= data["world_size"] <= MAX_WORLD):
         return f"world_size {str(data.get('world_size'))[:40]} is not a world size"
     for key in ("host", "run_id", "trace_file"):
         if data.get(key) is not None and not isinstance(data[key], str):
@@ -223,11 +225,11 @@ def _file_size(path: str) -> int:
         return 0
 
 
-def choose_source(trace_dir: str, requested: str = "auto") -> str:
+def choose_source(folder: RunFolder, requested: str = "auto") -> str:
     """"summaries" or "traces": what `dstrace analyze --source` reads for this folder."""
-    names = folder_names(trace_dir)
-    summaries = [n for n in names if n.endswith(SUMMARY_SUFFIX)]
-    traces = [n for n in names if n.endswith(TRACE_SUFFIXES)]
+    trace_dir = folder.path
+    summaries = folder.of_kind(SUMMARY)
+    traces = [f.name for f in folder.traces]
     if requested == "summaries":
         if not summaries:
             raise UserError(f"no rank summaries (*{SUMMARY_SUFFIX}) in {trace_dir}: recorded before dstrace wrote "
@@ -242,10 +244,10 @@ def choose_source(trace_dir: str, requested: str = "auto") -> str:
     return "summaries" if every_rank and (len(traces) >= AUTO_MIN_RANKS or size >= AUTO_MIN_TRACE_BYTES) else "traces"
 
 
-def load_summaries(trace_dir: str) -> LoadedRun:
+def load_summaries(folder: RunFolder) -> LoadedRun:
     """Read every rank's summary, the manifests and run.json into a `LoadedRun` whose ranks' reductions
     come from their summaries; refuse a folder mixing runs."""
-    trace_dir = os.path.abspath(trace_dir)
+    trace_dir = folder.path
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
     found: dict[int, tuple[dict, RankReduction]] = {}
@@ -258,9 +260,7 @@ def load_summaries(trace_dir: str) -> LoadedRun:
         skipped.append({"path": path, "reason": reason})
         warnings.append(f"skipped {name}: {reason}")
 
-    for name in folder_names(trace_dir):
-        if not name.endswith(SUMMARY_SUFFIX):
-            continue
+    for name in [f.name for f in folder.of_kind(SUMMARY)]:
         try:
             data, arrays = _read_arrays(os.path.join(trace_dir, name))
             try:
@@ -285,7 +285,7 @@ def load_summaries(trace_dir: str) -> LoadedRun:
             found[who["rank"]] = (who, reduced)
         except ValueError as exc:
             skip(name, exc)
-    manifests, run = read_manifests(trace_dir, warnings, skipped)
+    manifests, run = folder_records(folder, warnings, skipped)
     if not found:
         raise UserError(f"no usable rank summary in {trace_dir}")
     ranks = {rank: RankTrace(rank=rank, path=os.path.join(trace_dir, who.get("trace_file") or ""), reduced=reduced,

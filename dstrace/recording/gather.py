@@ -14,11 +14,11 @@ import os
 
 from ..errors import UserError
 from ..runfolder.files import copy_regular_atomic
-from ..runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, SUMMARY_SUFFIX, TRACE_SUFFIXES, rank_in_name
-from ..runfolder.records import (RUN_SCHEMA, RunRecord, read_json_object, read_manifest, read_node_record, to_json,
-                                 write_json_atomic)
+from ..runfolder.folder import MANIFEST, SUMMARY, TRACE, FolderRefused, RunFolder
+from ..runfolder.names import NODES_DIR, RUN_FILE
+from ..runfolder.records import RUN_SCHEMA, Manifest, RunRecord, read_json_object, to_json, write_json_atomic
 from ..say import say
-from .launcher import summarize
+from .launcher import fill_run_record
 
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
 
@@ -39,16 +39,18 @@ def main(args) -> int:
     return 0
 
 
-def _listing(folder: str) -> list[str]:
+def _scan(folder: str) -> RunFolder:
     try:
-        return sorted(os.listdir(folder))
-    except OSError as e:
-        raise UserError(f"cannot read the folder {folder} ({e.strerror or e}); give a folder you can read") from None
+        return RunFolder.scan(folder)
+    except FolderRefused as e:
+        raise UserError(f"{e}; give a folder you can read") from None
 
 
-def _rank_files(folder: str) -> list[str]:
-    return [n for n in _listing(folder)
-            if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(SUMMARY_SUFFIX)]
+def _node_files(folder: RunFolder) -> list[str]:
+    try:
+        return [f.name for f in folder.node_files()]
+    except FolderRefused as e:
+        raise UserError(f"{e}; give a folder you can read") from None
 
 
 def _refuse_link(path: str, what: str) -> None:
@@ -63,25 +65,28 @@ def _is_gathered(path: str) -> bool:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
-def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
-    """(source path, destination path) for every file to copy; refuses conflicting files."""
+def _plan(out: RunFolder, sources: list[str]) -> tuple[list[tuple[str, str]], list[RunFolder]]:
+    """(source path, destination path) for every file to copy, and the node folders as listed; refuses
+    conflicting files."""
     plan: dict[str, str] = {}
     trace_owner: dict[int, str] = {}
-    for name in _rank_files(out):
-        if name.endswith(TRACE_SUFFIXES) and rank_in_name(name) is not None:
-            trace_owner[rank_in_name(name)] = os.path.join(out, name)
+    folders = []
+    for f in out.traces:
+        if f.rank is not None:
+            trace_owner[f.rank] = f.path
     for src in sources:
         if not os.path.isdir(src):
             raise UserError(f"{src} is not a folder: give the run folders the nodes wrote")
-        entries = [(os.path.join(src, n), os.path.join(out, n)) for n in _rank_files(src)]
-        nodes_dir = os.path.join(src, NODES_DIR)
+        folder = _scan(src)
+        folders.append(folder)
+        trace_rank = {f.path: f.rank for f in folder.traces}
+        entries = [(f.path, os.path.join(out.path, f.name)) for f in folder.of_kind(MANIFEST, TRACE, SUMMARY)]
+        nodes_dir = folder.nodes_dir
         _refuse_link(nodes_dir, "reads no folder through one")
-        if os.path.isdir(nodes_dir):
-            entries += [(os.path.join(nodes_dir, n), os.path.join(out, NODES_DIR, n))
-                        for n in _listing(nodes_dir) if n.endswith(".json")]
+        entries += [(os.path.join(nodes_dir, n), os.path.join(out.path, NODES_DIR, n)) for n in _node_files(folder)]
         run_file = os.path.join(src, RUN_FILE)
         if os.path.isfile(run_file) and not _is_gathered(run_file):
-            entries.append((run_file, os.path.join(out, NODES_DIR, f"{os.path.basename(src)}.json")))
+            entries.append((run_file, os.path.join(out.path, NODES_DIR, f"{os.path.basename(src)}.json")))
         if not entries:
             raise UserError(f"{src} holds no dstrace files (manifests, traces, summaries, node records)")
         for source, dest in entries:
@@ -94,24 +99,24 @@ def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
             if earlier and not filecmp.cmp(earlier, source, shallow=False):
                 raise UserError(f"{source} and {earlier} differ: the same file from two nodes; "
                                 "was a rank recorded twice?")
-            rank = rank_in_name(os.path.basename(source)) if source.endswith(TRACE_SUFFIXES) else None
+            rank = trace_rank.get(source)
             if rank is not None:
                 owner = trace_owner.setdefault(rank, source)
                 if os.path.basename(owner) != os.path.basename(source):
                     raise UserError(f"two traces claim rank {rank}: {owner} and {source}")
             plan.setdefault(dest, source)
-    return [(s, d) for d, s in plan.items() if not os.path.exists(d)]
+    return [(s, d) for d, s in plan.items() if not os.path.exists(d)], folders
 
 
-def _check_one_run(out: str, plan: list[tuple[str, str]]) -> str:
-    paths = [os.path.join(out, n) for n in _rank_files(out) if n.endswith(MANIFEST_SUFFIX)]
-    paths += [s for s, _ in plan if s.endswith(MANIFEST_SUFFIX)]
+def _check_one_run(out: RunFolder, plan: list[tuple[str, str]], folders: list[RunFolder]) -> str:
+    """The run id of the manifests in OUT and of those to be copied (each read once); unreadable ones are passed over."""
+    manifests: dict[str, Manifest | None] = {r.file.path: r.record for f in [out] + folders
+                                             for r in f.records.manifest_reads}
+    paths = [f.path for f in out.of_kind(MANIFEST)] + [s for s, _ in plan if s in manifests]
     runs: dict[str, list[str]] = {}
     for path in paths:
-        try:
-            runs.setdefault(read_manifest(path).run_id, []).append(path)
-        except (OSError, ValueError, TypeError):
-            continue
+        if manifests.get(path) is not None:
+            runs.setdefault(manifests[path].run_id, []).append(path)
     if len(runs) > 1:
         listing = "; ".join(f"run {rid}: {os.path.dirname(p[0])}" for rid, p in sorted(runs.items()))
         raise UserError(f"the folders hold different runs ({listing}); give every node the same --run-id")
@@ -128,17 +133,13 @@ def _copy(source: str, dest: str) -> None:
         raise UserError(f"cannot copy {source}: {e}") from None
 
 
-def _node_records(out: str) -> dict[str, dict]:
-    folder = os.path.join(out, NODES_DIR)
-    records = {}
-    if os.path.isdir(folder):
-        for name in _listing(folder):
-            if name.endswith(".json"):
-                try:
-                    records[name.removesuffix(".json")] = read_node_record(os.path.join(folder, name))
-                except (OSError, ValueError) as e:
-                    raise UserError(f"cannot read node record {name}: {e}") from None
-    return records
+def _node_records(out: RunFolder) -> dict[str, dict]:
+    try:
+        return out.node_records()
+    except FolderRefused as e:
+        raise UserError(f"{e}; give a folder you can read") from None
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def gather(output: str, node_folders: list[str]) -> RunRecord:
@@ -154,20 +155,21 @@ def gather(output: str, node_folders: list[str]) -> RunRecord:
     except OSError as e:
         raise UserError(f"cannot make the folder {out} ({e.strerror or e}); choose another OUT") from None
     _refuse_link(os.path.join(out, NODES_DIR), "writes no file through one")
-    plan = _plan(out, sources)
-    run_id = _check_one_run(out, plan)
+    listed = _scan(out)
+    plan, folders = _plan(listed, sources)
+    run_id = _check_one_run(listed, plan, folders)
     own_run = os.path.join(out, RUN_FILE)
     if os.path.isfile(own_run) and not _is_gathered(own_run):
         plan.append((own_run, os.path.join(out, NODES_DIR, f"{LAUNCHER_RECORD}.json")))
     for source, dest in plan:
         _copy(source, dest)
-    records = _node_records(out)
+    records = _node_records(listed)
     first = next(iter(records.values()), {})
     run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=first.get("command", []), cwd=first.get("cwd", ""),
                     started=min((r.get("started") or 0 for r in records.values()), default=0.0),
                     status="running")
     codes = {name: r.get("exit_code") for name, r in records.items()}
-    summarize(out, run, 0)
+    fill_run_record(out, run, 0)
     run.exit_code = next((c for c in codes.values() if c), 0)
     run.ended = max((r.get("ended") or 0 for r in records.values()), default=run.ended)
     for name, code in codes.items():

@@ -22,11 +22,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX, WRITTEN_NAMES,
-                               WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
+from ..runfolder.folder import FolderRefused, RunFolder
+from ..runfolder.names import (NODES_DIR, RUN_FILE, WRITTEN_NAMES, WRITTEN_PREFIXES, WRITTEN_SUFFIXES,
+                               node_record_path)
 from ..rankset import by_rank_lines, ranks_text
-from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, Window, read_json_object,
-                                 read_manifest, to_json, why_no_trace, write_json_atomic)
+from ..runfolder.records import (RUN_SCHEMA, RankStatus, RunRecord, Window, to_json, why_no_trace,
+                                 write_json_atomic)
 from ..say import say, warn
 from . import multinode, session
 from .window import GENERATE_TRIGGER, MODES, TIME_TRIGGER, WindowOptions
@@ -132,20 +133,24 @@ def prepare_run_dir(path: str, force: bool, role: multinode.NodeRole | None = No
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{path} exists and is not a folder: choose another run folder with -o")
-    if role is not None and os.path.isdir(path) and not force:
+    try:
+        folder = RunFolder.scan(path) if os.path.isdir(path) else None
+    except FolderRefused as e:
+        raise UserError(f"{e}; choose another run folder with -o") from None
+    if role is not None and folder is not None and not force:
         if os.path.exists(node_record_path(path, role.node)):
             raise UserError(f"{role.node} of a run was already recorded in {path}: choose a new folder with -o "
                             "or a new --run-id, or pass --force")
-        others = {m.run_id for m in _manifests(path).values()} - {run_id}
+        others = {m.run_id for m in folder.records.manifests.values()} - {run_id}
         if others:
             raise UserError(f"run folder {path} holds run(s) {', '.join(sorted(others))}, not {run_id}: "
                             "choose a new one with -o")
-    elif os.path.isdir(path) and os.listdir(path) and not force:
+    elif folder is not None and folder.files and not force:
         raise UserError(f"run folder {path} already has files: choose a new one with -o, or pass --force")
     try:
         os.makedirs(path, exist_ok=True)
-        if force and role is None:
-            clear_run_files(path)
+        if force and role is None and folder is not None:
+            clear_run_files(folder)
         probe = os.path.join(path, f".dstrace-write-test.{os.getpid()}")
         with open(probe, "x"):
             pass
@@ -155,29 +160,17 @@ def prepare_run_dir(path: str, force: bool, role: multinode.NodeRole | None = No
     return path
 
 
-def clear_run_files(path: str) -> None:
+def clear_run_files(folder: RunFolder) -> None:
     """--force: the files an earlier recording left (its ranks' files, records, caches, reports) go, so the
     new run's record counts only its own ranks; files dstrace did not write stay."""
-    for name in os.listdir(path):
-        full = os.path.join(path, name)
+    for f in folder.files:
+        name, full = f.name, f.path
         if name == NODES_DIR and os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full)
         elif name.endswith(WRITTEN_SUFFIXES) or name.startswith(WRITTEN_PREFIXES) or name in WRITTEN_NAMES:
             if os.path.isdir(full) and not os.path.islink(full):
                 continue
             os.unlink(full)
-
-
-def _manifests(run_dir: str) -> dict[str, Manifest]:
-    """Readable manifests of a folder by file name; unreadable ones are left to `summarize` to report."""
-    out = {}
-    for name in sorted(os.listdir(run_dir)):
-        if name.endswith(MANIFEST_SUFFIX):
-            try:
-                out[name] = read_manifest(os.path.join(run_dir, name))
-            except (OSError, ValueError, TypeError):
-                continue
-    return out
 
 
 def injected_pythonpath(original: str | None) -> str:
@@ -371,28 +364,29 @@ def _sentinel(writes: int) -> None:
         os._exit(0)
 
 
-def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
-    """Fill the run record from the files the ranks left: which are whole, which ranks are missing.
+def fill_run_record(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
+    """Fill the run record from the files the ranks left (the folder listed and its manifests read once):
+    which are whole, which ranks are missing.
 
     For one node of several (`node`), only the ranks that node started count, and missing ranks are
     left to `dstrace gather`, which sees every node.
     """
     run.ended, run.exit_code = time.time(), exit_code
+    try:
+        folder = RunFolder.scan(run_dir)
+    except FolderRefused as e:
+        raise UserError(str(e)) from None
     traces: dict[int, list[str]] = {}
-    for name in sorted(os.listdir(run_dir)):
-        rank = rank_in_name(name) if name.endswith(TRACE_SUFFIXES) else None
-        if rank is not None:
-            traces.setdefault(rank, []).append(name)
+    for f in folder.traces:
+        if f.rank is not None:
+            traces.setdefault(f.rank, []).append(f.name)
     world = 0
     no_trace: dict[int, str] = {}
     windows: dict[int, str] = {}
-    for name in sorted(os.listdir(run_dir)):
-        if not name.endswith(MANIFEST_SUFFIX):
-            continue
-        try:
-            m = read_manifest(os.path.join(run_dir, name))
-        except (OSError, ValueError) as e:
-            run.problems.append(f"{name}: unreadable manifest ({e})")
+    for read in folder.records.manifest_reads:
+        name, m = read.file.name, read.record
+        if m is None:
+            run.problems.append(f"{name}: unreadable manifest ({read.problem})")
             continue
         if node is not None and m.env.get(multinode.ENV_NODE) != node:
             continue
@@ -417,7 +411,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
     run.missing_ranks = [r for r in range(world) if r not in found] if node is None else []
     if run.missing_ranks:
         run.problems.append(f"no manifest from {ranks_text(run.missing_ranks)}")
-    run.problems.extend(_unrecorded(run_dir))
+    run.problems.extend(folder.unrecorded_notes())
     if not run.ranks:
         run.problems.append("no rank was recorded: did the command start Python processes that "
                             "use torch, DeepSpeed or transformers?")
@@ -431,7 +425,7 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
 def finish(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
     """The run record once the command has ended: its files summarized, then its traces reduced; a rank whose
     reduction failed makes the run incomplete, its error line among the problems."""
-    summarize(run_dir, run, exit_code, node)
+    fill_run_record(run_dir, run, exit_code, node)
     failed = reduce_traces(run_dir, run)
     if failed:
         run.problems.extend(failed)
@@ -468,21 +462,6 @@ def _window_text(w: Window) -> str:
     if w.trigger == GENERATE_TRIGGER:
         return f"generate steps: call {w.call}, steps {', '.join(map(str, w.recorded_steps))}"
     return f"{w.trigger}: iterations {', '.join(map(str, w.recorded_steps))}"
-
-
-def _unrecorded(run_dir: str) -> list[str]:
-    """The notes of ranks whose interpreter could not run dstrace's recording code (bootstrap/sitecustomize)."""
-    out = []
-    for name in sorted(os.listdir(run_dir)):
-        if name.startswith(UNRECORDED_PREFIX) and name.endswith(".json"):
-            try:
-                note = read_json_object(os.path.join(run_dir, name))
-            except (OSError, ValueError):
-                continue
-            who = f"rank {note.get('rank')}" if note.get("rank") is not None else f"pid {note.get('pid')}"
-            out.append(f"{who} on {note.get('host')} ran unrecorded: its Python {note.get('python')} "
-                       f"({note.get('executable')}) cannot run dstrace's recording code ({note.get('error')})")
-    return out
 
 
 def exception_text(error: dict) -> str:

@@ -34,6 +34,7 @@ from typing import Callable
 
 from ..runfolder.files import atomic_file
 from . import ranges
+from ..runfolder import range_names
 from ..runfolder.records import STEP_KINDS, Window
 
 MODES = ("full", "annotate")
@@ -393,7 +394,7 @@ class ProfilerWindow:
                 lo, hi = span.start, end
                 args = {"dstrace": "outside the profiler window, at its real start and duration"}
             args["clock uncertainty us"] = uncertainty
-            out.append({"ph": "X", "cat": "user_annotation", "name": ranges.PREFIX + span.name, "pid": pid,
+            out.append({"ph": "X", "cat": "user_annotation", "name": range_names.PREFIX + span.name, "pid": pid,
                         "tid": tid, "ts": trace_us(lo), "dur": round((hi - lo) * 1e6, 3), "args": args})
         return out
 
