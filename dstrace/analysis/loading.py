@@ -1,7 +1,7 @@
-"""Find the per-rank traces of a run folder, parse them, and refuse what cannot be analyzed.
+"""Parse the per-rank traces of a run folder, and refuse what cannot be analyzed.
 
-This module, with `tracefile` (parsing one file) and `cache` (the parsed form kept beside it), is where
-the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
+This module, with `runfolder.folder` (the folder listed once, its manifests read once), `tracefile`
+(parsing one file) and `cache` (the parsed form kept beside it), is where the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
 reduction, `reduction.RankReduction`, and its complete events as a DataFrame when asked for), the
 dstrace manifests when present, and warnings for what it skipped. Input that cannot be analyzed at all
 raises `UserError` with one line saying what is wrong.
@@ -344,9 +344,9 @@ def _odd_events(path: str, data: dict) -> list[str]:
     return out
 
 
-def _run_id_of(meta: dict | None) -> str | None:
+def _run_id_of(ours: dict | None) -> str | None:
     """The run id of the dstrace metadata, when it is text (`folder.implausible` warns of anything else)."""
-    run_id = (meta or {}).get("run_id")
+    run_id = (ours or {}).get("run_id")
     return run_id if isinstance(run_id, str) else None
 
 
@@ -440,24 +440,24 @@ def load_run(run_dir: str | RunFolder, progress: Progress = stderr_progress, wor
 
     claims: dict[int, list[str]] = defaultdict(list)
     traces: dict[int, RankTrace] = {}
-    for path, data, meta, parsed_rank in parsed:
-        warnings.extend(implausible(path, data, meta))
-        warnings.extend(_odd_events(path, data))
-        rank, _ = rank_of(path, data, meta)
+    for path, meta, ours, parsed_rank in parsed:  # meta: the trace's metadata; ours: its dstrace block
+        warnings.extend(implausible(path, meta, ours))
+        warnings.extend(_odd_events(path, meta))
+        rank, _ = rank_of(path, meta, ours)
         if rank is None and len(parsed) == 1:
             rank = 0
         if rank is None:
             skipped.append({"path": path, "reason": "no rank in it (no distributedInfo, no dstrace metadata, no rankN in the name)"})
             warnings.append(f"skipped {os.path.basename(path)}: cannot tell which rank wrote it")
             continue
-        if meta and isinstance(meta.get("rank"), int) and meta["rank"] != rank:
-            warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {meta['rank']}; using {rank}")
+        if ours and isinstance(ours.get("rank"), int) and ours["rank"] != rank:
+            warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {ours['rank']}; using {rank}")
         claims[rank].append(path)
         traces[rank] = RankTrace(
-            rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=world_of(data, meta),
-            host=host_of(path, data), run_id=_run_id_of(meta),
-            distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
-            dstrace=meta,
+            rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=world_of(meta, ours),
+            host=host_of(path, meta), run_id=_run_id_of(ours),
+            distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None,
+            dstrace=ours,
         )
     duplicated = {r: p for r, p in claims.items() if len(p) > 1}
     if duplicated:

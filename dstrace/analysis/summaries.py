@@ -24,7 +24,7 @@ import pandas as pd
 from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
-from dstrace.analysis.loading import folder_records, settle_run
+from dstrace.analysis.loading import folder_records, run_folder, settle_run
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
@@ -244,9 +244,10 @@ def choose_source(folder: RunFolder, requested: str = "auto") -> str:
     return "summaries" if every_rank and (len(traces) >= AUTO_MIN_RANKS or size >= AUTO_MIN_TRACE_BYTES) else "traces"
 
 
-def load_summaries(folder: RunFolder) -> LoadedRun:
+def load_summaries(run_dir: str | RunFolder) -> LoadedRun:
     """Read every rank's summary, the manifests and run.json into a `LoadedRun` whose ranks' reductions
-    come from their summaries; refuse a folder mixing runs."""
+    come from their summaries (the folder's path, or its listing); refuse a folder mixing runs."""
+    folder = run_dir if isinstance(run_dir, RunFolder) else run_folder(run_dir)
     trace_dir = folder.path
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []

@@ -277,9 +277,9 @@ def ended_run(run_dir: str) -> dict | None:
 HOST_IN_NAME = re.compile(r"^(?P<host>.+?)_rank\d+")
 
 
-def dstrace_metadata(data: dict) -> dict | None:
-    """The "dstrace" trace metadata: an object, or a JSON string when added with add_metadata_json."""
-    value = data.get("dstrace")
+def dstrace_metadata(meta: dict) -> dict | None:
+    """The "dstrace" block of a trace's metadata: an object, or a JSON string when added with add_metadata_json."""
+    value = meta.get("dstrace")
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -294,50 +294,50 @@ def plausible(value, lowest: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < MAX_WORLD + lowest
 
 
-def rank_of(path: str, data: dict, meta: dict | None) -> tuple[int | None, str | None]:
+def rank_of(path: str, meta: dict, ours: dict | None) -> tuple[int | None, str | None]:
     """The rank a trace claims, and where that came from. distributedInfo wins, then dstrace, then the name;
     a value no job can have is passed over."""
-    dist = data.get("distributedInfo")
+    dist = meta.get("distributedInfo")
     if isinstance(dist, dict) and plausible(dist.get("rank"), 0):
         return dist["rank"], "distributedInfo"
-    if meta and plausible(meta.get("rank"), 0):
-        return meta["rank"], "dstrace metadata"
+    if ours and plausible(ours.get("rank"), 0):
+        return ours["rank"], "dstrace metadata"
     rank = rank_in_name(os.path.basename(path))
     if rank is not None and plausible(rank, 0):
         return rank, "file name"
     return None, None
 
 
-def implausible(path: str, data: dict, meta: dict | None) -> list[str]:
+def implausible(path: str, meta: dict, ours: dict | None) -> list[str]:
     """What the trace claims for its rank or world size that no job can have (and is ignored)."""
     out = []
-    for where, block in (("distributedInfo", data.get("distributedInfo")), ("dstrace metadata", meta)):
+    for where, block in (("distributedInfo", meta.get("distributedInfo")), ("dstrace metadata", ours)):
         if not isinstance(block, dict):
             continue
         for key, lowest in (("rank", 0), ("world_size", 1)):
             if key in block and not plausible(block[key], lowest):
                 out.append(f"{os.path.basename(path)}: {where} gives {key} {str(block[key])[:40]}, which no job has "
                            f"(dstrace reads {lowest} to {MAX_WORLD + lowest - 1}); ignored")
-    if isinstance(meta, dict) and meta.get("run_id") is not None and not isinstance(meta["run_id"], str):
-        out.append(f"{os.path.basename(path)}: dstrace metadata gives run_id {str(meta['run_id'])[:40]}, which is "
+    if isinstance(ours, dict) and ours.get("run_id") is not None and not isinstance(ours["run_id"], str):
+        out.append(f"{os.path.basename(path)}: dstrace metadata gives run_id {str(ours['run_id'])[:40]}, which is "
                    "not text; ignored")
     return out
 
 
-def host_of(path: str, data: dict) -> str | None:
+def host_of(path: str, meta: dict) -> str | None:
     """The host a trace names (torch.profiler's host_name), else the `<host>_rank<N>` of its file name."""
-    host = data.get("host_name")
+    host = meta.get("host_name")
     if isinstance(host, str) and host:
         return host
     m = HOST_IN_NAME.match(os.path.basename(path))
     return m.group("host") if m else None
 
 
-def world_of(data: dict, meta: dict | None) -> int | None:
+def world_of(meta: dict, ours: dict | None) -> int | None:
     """The world size a trace claims: distributedInfo's, else dstrace's; None when neither is one a job can have."""
-    dist = data.get("distributedInfo")
+    dist = meta.get("distributedInfo")
     if isinstance(dist, dict) and plausible(dist.get("world_size"), 1):
         return dist["world_size"]
-    if meta and plausible(meta.get("world_size"), 1):
-        return meta["world_size"]
+    if ours and plausible(ours.get("world_size"), 1):
+        return ours["world_size"]
     return None
