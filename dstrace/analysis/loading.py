@@ -14,6 +14,7 @@ events unless the caller asks for them.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -317,6 +318,9 @@ def _parse(files: list[str], traces: list[FolderFile], out: dict, progress: Prog
         for f, content, (problem, written, frame) in zip(traces, contents, results):
             path = f.path
             unchanged = problem is None and not f.changed_since_hashed()
+            if problem is None and not unchanged:
+                with contextlib.suppress(OSError):
+                    os.unlink(written)  # a reduction of other bytes than its key's
             hit = cache.read(path, world_hint, written, content) if unchanged else None
             out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if hit is not None
                                     else "changed while it was being parsed; analyze again")
