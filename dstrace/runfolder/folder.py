@@ -29,6 +29,7 @@ SUMMARY = "summary"  # rank<N>.summary.json.gz: a rank's kept reduction, written
 RUN = "run"  # run.json
 UNRECORDED = "unrecorded"  # unrecorded.<host>.<pid>.json: a rank that ran without the recording
 NODES = "nodes"  # nodes/: the node records of a run recorded node by node
+NODE_RECORD = "node record"  # nodes/<node>.json (`RunFolder.node_files`)
 DEEPSPEED_ENV = "deepspeed_env"
 DERIVED = "derived"  # what analyze and view made of the run, or a write in progress (`names.derived_from_the_run`)
 JSON = "json"  # any other *.json[.gz]: a trace of another tool, read as one where no profiler trace is there
@@ -237,7 +238,7 @@ class RunFolder:
             names = sorted(os.listdir(folder))
         except OSError as exc:
             raise UnreadableFolder(f"cannot read the folder {folder} ({exc.strerror or exc})") from None
-        return [FolderFile(os.path.join(folder, n), NODES) for n in names if n.endswith(".json")]
+        return [FolderFile(os.path.join(folder, n), NODE_RECORD) for n in names if n.endswith(".json")]
 
     def node_records(self) -> dict[str, dict]:
         """node name -> its node record (`records.read_node_record`). Raises UnreadableFolder, and ValueError
