@@ -1,4 +1,4 @@
-"""`dstrace gather OUT [NODE_FOLDER...]`: one run folder, and its run.json, from the nodes of a run.
+"""One run folder, and its run.json, from the nodes of a run (`dstrace gather`, `dstrace.commands.gather`).
 
 Each node of a multi-node run writes its ranks' files where it can: all into one shared folder, or
 each into a folder of its own disk. Gathering copies the nodes' folders into OUT (a file two nodes both
@@ -12,31 +12,17 @@ from __future__ import annotations
 import filecmp
 import os
 
-from ..errors import UserError
-from ..runfolder.files import copy_regular_atomic
-from ..runfolder.folder import MANIFEST, SUMMARY, TRACE, FolderRefused, RunFolder
-from ..runfolder.names import NODES_DIR, RUN_FILE
-from ..runfolder.records import RUN_SCHEMA, Manifest, RunRecord, read_json_object, to_json, write_json_atomic
-from ..say import say
-from .launcher import fill_run_record
+from dstrace.errors import UserError
+from dstrace.rankset import ranks_text
+from dstrace.recording.launcher import fill_run_record
+from dstrace.runfolder.files import copy_regular_atomic
+from dstrace.runfolder.folder import (MANIFEST, SUMMARY, TRACE, FolderRefused, RunFolder, node_files,
+                                      node_records)
+from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, rank_in_name
+from dstrace.runfolder.records import (RUN_SCHEMA, RankStatus, RunRecord, read_json_object, read_manifest,
+                                       read_node_record, to_json, write_json_atomic)
 
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("output", metavar="OUT",
-                        help="the run folder to write; with no NODE_FOLDER, the shared folder every node wrote into")
-    parser.add_argument("nodes", nargs="*", metavar="NODE_FOLDER",
-                        help="per-node run folders (copied from each node's disk) to merge into OUT")
-
-
-def main(args) -> int:
-    run = gather(args.output, args.nodes)
-    say(f"{run.status} run {run.run_id}: {len(run.ranks)} rank(s) of world {run.world_size} "
-        f"in {os.path.abspath(args.output)}")
-    for problem in run.problems:
-        say(problem)
-    return 0
 
 
 def _scan(folder: str) -> RunFolder:
@@ -46,9 +32,14 @@ def _scan(folder: str) -> RunFolder:
         raise UserError(f"{e}; give a folder you can read") from None
 
 
-def _node_files(folder: RunFolder) -> list[str]:
+def _rank_files(folder: str) -> list[str]:
+    return [f.name for f in _scan(folder).of_kind(MANIFEST, TRACE, SUMMARY)]
+
+
+def _node_files(run_dir: str) -> list[str]:
+    """`nodes/*.json` of a run folder (none without nodes/), as `folder.node_files` lists them."""
     try:
-        return [f.name for f in folder.node_files()]
+        return [f.path for f in node_files(run_dir)]
     except FolderRefused as e:
         raise UserError(f"{e}; give a folder you can read") from None
 
@@ -65,28 +56,23 @@ def _is_gathered(path: str) -> bool:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
-def _plan(out: RunFolder, sources: list[str]) -> tuple[list[tuple[str, str]], list[RunFolder]]:
-    """(source path, destination path) for every file to copy, and the node folders as listed; refuses
-    conflicting files."""
+def _plan(run_dir: str, sources: list[str]) -> list[tuple[str, str]]:
+    """(source path, destination path) for every file to copy; refuses conflicting files."""
     plan: dict[str, str] = {}
     trace_owner: dict[int, str] = {}
-    folders = []
-    for f in out.traces:
-        if f.rank is not None:
-            trace_owner[f.rank] = f.path
+    for name in _rank_files(run_dir):
+        if name.endswith(TRACE_SUFFIXES) and rank_in_name(name) is not None:
+            trace_owner[rank_in_name(name)] = os.path.join(run_dir, name)
     for src in sources:
         if not os.path.isdir(src):
             raise UserError(f"{src} is not a folder: give the run folders the nodes wrote")
-        folder = _scan(src)
-        folders.append(folder)
-        trace_rank = {f.path: f.rank for f in folder.traces}
-        entries = [(f.path, os.path.join(out.path, f.name)) for f in folder.of_kind(MANIFEST, TRACE, SUMMARY)]
-        nodes_dir = folder.nodes_dir
+        entries = [(os.path.join(src, n), os.path.join(run_dir, n)) for n in _rank_files(src)]
+        nodes_dir = os.path.join(src, NODES_DIR)
         _refuse_link(nodes_dir, "reads no folder through one")
-        entries += [(os.path.join(nodes_dir, n), os.path.join(out.path, NODES_DIR, n)) for n in _node_files(folder)]
+        entries += [(n, os.path.join(run_dir, NODES_DIR, os.path.basename(n))) for n in _node_files(src)]
         run_file = os.path.join(src, RUN_FILE)
         if os.path.isfile(run_file) and not _is_gathered(run_file):
-            entries.append((run_file, os.path.join(out.path, NODES_DIR, f"{os.path.basename(src)}.json")))
+            entries.append((run_file, os.path.join(run_dir, NODES_DIR, f"{os.path.basename(src)}.json")))
         if not entries:
             raise UserError(f"{src} holds no dstrace files (manifests, traces, summaries, node records)")
         for source, dest in entries:
@@ -99,30 +85,56 @@ def _plan(out: RunFolder, sources: list[str]) -> tuple[list[tuple[str, str]], li
             if earlier and not filecmp.cmp(earlier, source, shallow=False):
                 raise UserError(f"{source} and {earlier} differ: the same file from two nodes; "
                                 "was a rank recorded twice?")
-            rank = trace_rank.get(source)
+            rank = rank_in_name(os.path.basename(source)) if source.endswith(TRACE_SUFFIXES) else None
             if rank is not None:
                 owner = trace_owner.setdefault(rank, source)
                 if os.path.basename(owner) != os.path.basename(source):
                     raise UserError(f"two traces claim rank {rank}: {owner} and {source}")
             plan.setdefault(dest, source)
-    return [(s, d) for d, s in plan.items() if not os.path.exists(d)], folders
+    return [(s, d) for d, s in plan.items() if not os.path.exists(d)]
 
 
-def _check_one_run(out: RunFolder, plan: list[tuple[str, str]], folders: list[RunFolder]) -> str:
-    """The run id of the manifests in OUT and of those to be copied (each read once); unreadable ones are passed over."""
-    manifests: dict[str, Manifest | None] = {r.file.path: r.record for f in [out] + folders
-                                             for r in f.records.manifest_reads}
-    paths = [f.path for f in out.of_kind(MANIFEST)] + [s for s, _ in plan if s in manifests]
+def _check_one_run(run_dir: str, plan: list[tuple[str, str]]) -> str:
+    paths = [os.path.join(run_dir, n) for n in _rank_files(run_dir) if n.endswith(MANIFEST_SUFFIX)]
+    paths += [s for s, _ in plan if s.endswith(MANIFEST_SUFFIX)]
     runs: dict[str, list[str]] = {}
     for path in paths:
-        if manifests.get(path) is not None:
-            runs.setdefault(manifests[path].run_id, []).append(path)
+        try:
+            runs.setdefault(read_manifest(path).run_id, []).append(path)
+        except (OSError, ValueError, TypeError):
+            continue
+    if not runs:  # a run `dstrace reduce` wrote has no manifests: its node records name the run
+        for path in _node_record_paths(run_dir) + [s for s, d in plan if os.path.dirname(d) == os.path.join(run_dir, NODES_DIR)]:
+            try:
+                runs.setdefault(read_node_record(path)["run_id"], []).append(path)
+            except (OSError, ValueError, TypeError):
+                continue
     if len(runs) > 1:
         listing = "; ".join(f"run {rid}: {os.path.dirname(p[0])}" for rid, p in sorted(runs.items()))
         raise UserError(f"the folders hold different runs ({listing}); give every node the same --run-id")
     if not runs:
-        raise UserError("no rank manifest in the given folders: nothing to gather")
+        raise UserError("no rank manifest or node record in the given folders: nothing to gather")
     return next(iter(runs))
+
+
+def _node_record_paths(run_dir: str) -> list[str]:
+    return _node_files(run_dir)
+
+
+def _reduced_ranks(run: RunRecord, records: dict[str, dict]) -> None:
+    """The ranks of a run without manifests, as the node records of `dstrace reduce` list them."""
+    for r in records.values():
+        run.ranks.extend(RankStatus(**x) for x in r.get("ranks", []))
+        run.problems.extend(r.get("problems", []))
+        run.notes.extend(r.get("notes", []))
+    run.ranks.sort(key=lambda x: x.rank)
+    run.world_size = max((r.get("world_size") or 0 for r in records.values()), default=0) or None
+    found = {x.rank for x in run.ranks}
+    run.missing_ranks = [r for r in range(run.world_size or 0) if r not in found]
+    if run.missing_ranks:
+        run.problems.append(f"no reduction of {ranks_text(run.missing_ranks)}")
+    if not run.ranks:
+        run.problems.append("no rank was reduced")
 
 
 def _copy(source: str, dest: str) -> None:
@@ -133,43 +145,45 @@ def _copy(source: str, dest: str) -> None:
         raise UserError(f"cannot copy {source}: {e}") from None
 
 
-def _node_records(out: RunFolder) -> dict[str, dict]:
+def _node_records(run_dir: str) -> dict[str, dict]:
     try:
-        return out.node_records()
+        return node_records(run_dir)
     except FolderRefused as e:
         raise UserError(f"{e}; give a folder you can read") from None
     except ValueError as e:
         raise UserError(str(e)) from None
 
 
-def gather(output: str, node_folders: list[str]) -> RunRecord:
-    """Merge the node folders into `output` and write its run.json; return the run record."""
-    out = os.path.abspath(output)
-    sources = [os.path.abspath(n) for n in node_folders if os.path.abspath(n) != out]
-    if not sources and not os.path.isdir(out):
-        raise UserError(f"{out} is not a folder: give the shared run folder, or OUT and the node folders")
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise UserError(f"{out} is there and is not a folder: give gather a folder to write the run into")
+def gather(run_dir: str, node_folders: list[str]) -> RunRecord:
+    """Merge the node folders into `run_dir` and write its run.json; return the run record."""
+    run_dir = os.path.abspath(run_dir)
+    sources = [os.path.abspath(n) for n in node_folders if os.path.abspath(n) != run_dir]
+    if not sources and not os.path.isdir(run_dir):
+        raise UserError(f"{run_dir} is not a folder: give the shared run folder, or OUT and the node folders")
+    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        raise UserError(f"{run_dir} is there and is not a folder: give gather a folder to write the run into")
     try:
-        os.makedirs(out, exist_ok=True)
+        os.makedirs(run_dir, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot make the folder {out} ({e.strerror or e}); choose another OUT") from None
-    _refuse_link(os.path.join(out, NODES_DIR), "writes no file through one")
-    listed = _scan(out)
-    plan, folders = _plan(listed, sources)
-    run_id = _check_one_run(listed, plan, folders)
-    own_run = os.path.join(out, RUN_FILE)
+        raise UserError(f"cannot make the folder {run_dir} ({e.strerror or e}); choose another OUT") from None
+    _refuse_link(os.path.join(run_dir, NODES_DIR), "writes no file through one")
+    plan = _plan(run_dir, sources)
+    run_id = _check_one_run(run_dir, plan)
+    own_run = os.path.join(run_dir, RUN_FILE)
     if os.path.isfile(own_run) and not _is_gathered(own_run):
-        plan.append((own_run, os.path.join(out, NODES_DIR, f"{LAUNCHER_RECORD}.json")))
+        plan.append((own_run, os.path.join(run_dir, NODES_DIR, f"{LAUNCHER_RECORD}.json")))
     for source, dest in plan:
         _copy(source, dest)
-    records = _node_records(listed)
+    records = _node_records(run_dir)
     first = next(iter(records.values()), {})
     run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=first.get("command", []), cwd=first.get("cwd", ""),
                     started=min((r.get("started") or 0 for r in records.values()), default=0.0),
                     status="running")
     codes = {name: r.get("exit_code") for name, r in records.items()}
-    fill_run_record(out, run, 0)
+    if _scan(run_dir).of_kind(MANIFEST):
+        fill_run_record(run_dir, run, 0)
+    else:
+        _reduced_ranks(run, records)
     run.exit_code = next((c for c in codes.values() if c), 0)
     run.ended = max((r.get("ended") or 0 for r in records.values()), default=run.ended)
     for name, code in codes.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from ..runfolder.range_names import PREFIX
+from dstrace.runfolder.range_names import PREFIX
 
 NVTX_DOMAIN = "dstrace"
 # Set by Nsight Systems (and other NVTX tools) when it injects itself; without it NVTX records nothing.

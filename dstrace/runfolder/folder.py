@@ -29,7 +29,7 @@ SUMMARY = "summary"  # rank<N>.summary.json.gz: a rank's kept reduction, written
 RUN = "run"  # run.json
 UNRECORDED = "unrecorded"  # unrecorded.<host>.<pid>.json: a rank that ran without the recording
 NODES = "nodes"  # nodes/: the node records of a run recorded node by node
-NODE_RECORD = "node record"  # nodes/<node>.json (`RunFolder.node_files`)
+NODE_RECORD = "node record"  # nodes/<node>.json (`node_files`)
 DEEPSPEED_ENV = "deepspeed_env"
 DERIVED = "derived"  # what analyze and view made of the run, or a write in progress (`names.derived_from_the_run`)
 JSON = "json"  # any other *.json[.gz]: a trace of another tool, read as one where no profiler trace is there
@@ -224,32 +224,30 @@ class RunFolder:
                        f"({note.get('executable')}) cannot run dstrace's recording code ({note.get('error')})")
         return out
 
-    @property
-    def nodes_dir(self) -> str:
-        return os.path.join(self.path, NODES_DIR)
 
-    def node_files(self) -> list[FolderFile]:
-        """`nodes/*.json`, listed when asked (never through a link: the caller refuses one); none without nodes/.
-        Raises UnreadableFolder."""
-        folder = self.nodes_dir
-        if os.path.islink(folder) or not os.path.isdir(folder):
-            return []
+def node_files(run_dir: str) -> list[FolderFile]:
+    """`nodes/*.json` of a run folder, listed when asked (never through a link: the caller refuses one); none
+    without nodes/. Raises UnreadableFolder."""
+    folder = os.path.join(run_dir, NODES_DIR)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise UnreadableFolder(f"cannot read the folder {folder} ({exc.strerror or exc})") from None
+    return [FolderFile(os.path.join(folder, n), NODE_RECORD) for n in names if n.endswith(".json")]
+
+
+def node_records(run_dir: str) -> dict[str, dict]:
+    """node name -> its node record (`records.read_node_record`). Raises UnreadableFolder, and ValueError
+    naming the record that cannot be read."""
+    out = {}
+    for f in node_files(run_dir):
         try:
-            names = sorted(os.listdir(folder))
-        except OSError as exc:
-            raise UnreadableFolder(f"cannot read the folder {folder} ({exc.strerror or exc})") from None
-        return [FolderFile(os.path.join(folder, n), NODE_RECORD) for n in names if n.endswith(".json")]
-
-    def node_records(self) -> dict[str, dict]:
-        """node name -> its node record (`records.read_node_record`). Raises UnreadableFolder, and ValueError
-        naming the record that cannot be read."""
-        out = {}
-        for f in self.node_files():
-            try:
-                out[f.name.removesuffix(".json")] = read_node_record(f.path)
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"cannot read node record {f.name}: {exc}") from None
-        return out
+            out[f.name.removesuffix(".json")] = read_node_record(f.path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read node record {f.name}: {exc}") from None
+    return out
 
 
 def _is_file(entry: os.DirEntry) -> bool:

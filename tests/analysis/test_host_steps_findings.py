@@ -3,7 +3,7 @@ import pytest
 
 import synthetic
 from helpers import analyze_dir
-from dstrace.analysis.findings import HOST_BOUND_IDLE_FRACTION
+from dstrace.analysis.findings.host import HOST_BOUND_IDLE_FRACTION
 
 
 def ids(a):

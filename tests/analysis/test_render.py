@@ -6,7 +6,7 @@ import re
 import pytest
 
 import synthetic
-from dstrace.analysis import add_arguments, main
+from dstrace.commands.analyze import add_arguments, main
 from dstrace.errors import UserError
 
 

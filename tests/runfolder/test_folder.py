@@ -33,7 +33,7 @@ def test_every_file_of_a_run_folder_is_classified_by_its_name_once(tmp_path):
     assert {f.name: f.kind for f in folder.files} == KINDS
     assert [f.name for f in folder.traces] == sorted(n for n, k in KINDS.items() if k == rf.TRACE)
     assert [f.rank for f in folder.traces] == [0, 1]
-    assert [f.name for f in folder.node_files()] == ["node0.json"]
+    assert [f.name for f in rf.node_files(str(tmp_path))] == ["node0.json"]
     assert "nodes" not in {f.name for f in folder.run_files} and rf.DERIVED not in {f.kind for f in folder.run_files}
 
 
