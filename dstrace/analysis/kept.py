@@ -429,9 +429,10 @@ def write_run_reductions(run_dir: str, traces: dict[int, str], world_size: int,
     record` does once the command has ended. These are the reductions `dstrace analyze` makes and reads, so
     the first analysis decodes no trace. Returns one line per rank left without one in `run_dir`."""
     from dstrace.analysis.loading import Parsed, parse_traces
+    from dstrace.runfolder.folder import TRACE, FolderFile
 
     paths = {rank: os.path.join(run_dir, name) for rank, name in sorted(traces.items())}
-    parsed = parse_traces(list(paths.values()), progress, world_hint=world_size)
+    parsed = parse_traces([FolderFile(p, TRACE) for p in paths.values()], progress, world_hint=world_size)
     problems = []
     for rank, path in paths.items():
         result = parsed[path]

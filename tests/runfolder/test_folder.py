@@ -14,7 +14,7 @@ RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
 
 KINDS = {
     RANK0: rf.TRACE, "hostA_rank1.1700000000000.pt.trace.json": rf.TRACE,
-    "rank0.manifest.json": rf.MANIFEST, "rank0.summary.json.gz": rf.SUMMARY, "run.json": rf.RUN,
+    "rank0.manifest.json": rf.MANIFEST, "rank0.reduction.arrow": rf.REDUCTION, "run.json": rf.RUN,
     "unrecorded.hostA.123.json": rf.UNRECORDED, "nodes": rf.NODES, "deepspeed_env": rf.DEEPSPEED_ENV,
     f".{RANK0}.dstrace-cache.npz": rf.DERIVED, ".dstrace-report.json.cache": rf.DERIVED,
     "dstrace-report.html": rf.DERIVED, "dstrace-merged.pftrace": rf.DERIVED, ".run.json.abc123.tmp": rf.DERIVED,
