@@ -148,9 +148,17 @@ def _running(pid: int) -> bool:
 
 
 def test_a_fork_pool_used_in_the_window_and_terminated_writes_one_trace(tmp_path):
+    """On ff03bd2 each worker of the pool wrote a rank-0 trace of its own (three in all): a worker inherits the
+    open window, and its optimizer steps closed it. Workers that only compute wrote none even there (the
+    SIGTERM of terminate() killed them unhandled), so the workers step an optimizer, as a job's would."""
     job = _job(tmp_path, textwrap.dedent("""
         import multiprocessing, time, torch
         def work(x):
+            m = torch.nn.Linear(8, 8)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            for _ in range(6):
+                m(torch.randn(4, 8)).sum().backward()
+                opt.step()
             return float(torch.ones(3).sum()) * x
         """) + TRAINING.replace("    opt.step()\n", """    opt.step()
     if i == 3:
