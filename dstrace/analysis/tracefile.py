@@ -225,9 +225,10 @@ _SIGNS = np.array([0] + [int.from_bytes(b'"%s":' % k.encode(), "little") << 8 * 
 top byte), masked by `_MASKS`."""
 _MASKS = np.array([0] + [((1 << 8 * (len(k) + 3)) - 1) << 8 * (5 - len(k)) for k in EVENT_KEYS], dtype=np.uint64)
 _EVENT_OPENERS = tuple((int.from_bytes(b, "little") << 8 * (8 - len(b)), ((1 << 8 * len(b)) - 1) << 8 * (8 - len(b)))
-                       for b in (b",{", b"[{", b", {", b"[ {", b",\n{", b"[\n{", b"\n  {"))
+                       for b in (b",{", b"[{", b", {", b"[ {", b",\n{", b"[\n{", b"\n  {", b"\n    {"))
 """(bytes, mask) of what comes before a `{` that opens an event, as read like `_SIGNS`: right after the `,` or
-`[` of the event array, or one space or newline after it, or Kineto's `\n  `."""
+`[` of the event array, or one space or newline after it, or Kineto's `\n  ` (`\n    ` where the array itself
+is indented, as `json.dump(indent=2)` writes it)."""
 _CODE_AT = np.zeros(1 << 16, dtype=np.intp)
 """Key code by a tail's bytes 3 and 4 read little-endian: the key's third- and second-last bytes (`"p` for ph, `ca`
 for cat, `pi`, `ti`, `am`, ...: distinct for EVENT_KEYS)."""
