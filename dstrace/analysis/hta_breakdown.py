@@ -17,7 +17,6 @@ becomes a problem line, never the end of the report.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import io
 import logging
@@ -26,12 +25,10 @@ import re
 import sys
 import types
 import warnings
-from typing import Callable
-
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import intervals
+from dstrace.analysis import intervals, parallel
 from dstrace.analysis.model import LoadedRun
 from dstrace.analysis.tracefile import Columns
 from dstrace.trace_names import GPU_CATEGORIES, LAUNCH_CATEGORIES, comm_library
@@ -349,70 +346,58 @@ def _failed(label: str, exc: BaseException) -> str:
     return f"HTA {label} failed ({type(exc).__name__}: {exc}); left out"
 
 
-def rank_breakdowns(path: str, meta: dict, columns: Columns, helper=None) -> Callable[[], dict]:
-    """One rank's HTA breakdowns from its parsed columns, as a function that gives {"breakdowns": {"temporal",
-    "kernel_types_us", "top_kernels", "comm_comp_overlap_pct", "idle_causes_us"}, "problems": [...]}. With
-    a `tracefile.Helper`, the helper computes HELPER_SHARE meanwhile and the function waits for its part:
-    the caller reduces the rank in between, and calls it whatever happens (the helper's answers must be
-    read before it takes its next job)."""
-    taken = [helper is not None and helper.submit(_ready)]  # it imports HTA while this process builds the frame
-    share: tuple[str, ...] = ()
+def rank_breakdowns(path: str, meta: dict, columns: Columns, helper: parallel.Helper | None = None) -> Breakdowns:
+    """One rank's HTA breakdowns from its parsed columns. With a helper, the helper computes HELPER_SHARE
+    meanwhile: the caller reduces the rank in between, and asks `Breakdowns.result()` for them after."""
+    if helper is not None:
+        helper.submit(_ready)  # it imports HTA while this process builds the frame; its answer is not needed
     try:
-        try:
-            with _quiet():
-                _import_hta_analyzers()
-                t = _trace(path, meta, columns)
-        except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
-            done = None
-            skipped = ("HTA could not read this trace, so its breakdown is left out; the rest of the report (time per "
-                       "rank, steps, collectives, findings) is dstrace's own and still covers it "
-                       f"(HTA's error: {type(exc).__name__}: {exc})")
-        else:
-            taken.append(helper is not None and helper.submit(run_breakdowns, t, HELPER_SHARE))
-            share = HELPER_SHARE if taken[-1] else ()
-            done = run_breakdowns(t, [label for label in BREAKDOWNS if label not in share])
-            del t
-    except BaseException:
-        _answers(helper, taken)
-        raise
+        with _quiet():
+            _import_hta_analyzers()
+            t = _trace(path, meta, columns)
+    except Exception as exc:  # HTA is a third-party library: any failure is reported, not fatal
+        return Breakdowns(None, (), None, "HTA could not read this trace, so its breakdown is left out; the rest of "
+                          "the report (time per rank, steps, collectives, findings) is dstrace's own and still covers "
+                          f"it (HTA's error: {type(exc).__name__}: {exc})")
+    theirs = helper.submit(run_breakdowns, t, HELPER_SHARE) if helper is not None else None
+    share = HELPER_SHARE if theirs is not None else ()
+    done = run_breakdowns(t, [label for label in BREAKDOWNS if label not in share])
+    return Breakdowns(done, share, theirs)
 
-    @functools.cache  # asked again, it gives the same: its helper answers once
-    def result() -> dict:
-        theirs = _answers(helper, taken)[-1]
-        if done is None:
-            return {"breakdowns": {}, "problems": [skipped]}
-        if share and isinstance(theirs, (OSError, EOFError)):
-            done.update({label: ({}, f"HTA {label} left out: its helper process ended ({theirs})") for label in share})
-        elif share and isinstance(theirs, Exception):
-            done.update({label: ({}, _failed(label, theirs)) for label in share})
-        elif share:
-            done.update(theirs)
+
+class Breakdowns:
+    """A rank's HTA breakdowns, part of them maybe still being computed by a helper (`rank_breakdowns`)."""
+
+    def __init__(self, done: dict | None, share: tuple[str, ...], theirs: parallel.Job | None,
+                 skipped: str = "") -> None:
+        self._done, self._share, self._theirs, self._skipped = done, share, theirs, skipped
+        self._result: dict | None = None
+
+    def result(self) -> dict:
+        """{"breakdowns": {"temporal", "kernel_types_us", "top_kernels", "comm_comp_overlap_pct",
+        "idle_causes_us"}, "problems": [...]}, once the helper's share is in; asked again, the same."""
+        if self._result is None:
+            self._result = self._gather()
+        return self._result
+
+    def _gather(self) -> dict:
+        if self._done is None:
+            return {"breakdowns": {}, "problems": [self._skipped]}
+        done = dict(self._done)
+        if self._theirs is not None:
+            try:
+                done.update(self._theirs.result())
+            except parallel.HelperGone as exc:
+                done.update({label: ({}, f"HTA {label} left out: its helper process ended ({exc})")
+                             for label in self._share})
+            except Exception as exc:  # noqa: BLE001 - the job's own failure, reported as any breakdown's
+                done.update({label: ({}, _failed(label, exc)) for label in self._share})
         out, problems = {}, []
         for label in BREAKDOWNS:
             entries, problem = done[label]
             out.update(entries)
             problems.extend([problem] if problem else [])
         return {"breakdowns": out, "problems": problems}
-    return result
-
-
-def _answers(helper, taken: list[bool]) -> list:
-    """The helper's answers to the jobs it took (True in `taken`; None for the others), in order: each a value
-    or the exception met, the job's own or, once the helper died, the OSError/EOFError of its end."""
-    out: list = []
-    ended = None
-    for job in taken:
-        if not job or ended is not None:
-            out.append(ended if job else None)
-            continue
-        try:
-            out.append(helper.result())
-        except (OSError, EOFError) as exc:
-            ended = exc
-            out.append(exc)
-        except Exception as exc:  # noqa: BLE001 - the job's own failure, reported by the caller
-            out.append(exc)
-    return out
 
 
 def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:

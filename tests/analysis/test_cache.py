@@ -17,7 +17,7 @@ import pytest
 
 import synthetic
 from helpers import quiet
-from dstrace.analysis import cache, hta_breakdown, identity, loading, tracefile
+from dstrace.analysis import cache, hta_breakdown, identity, loading, parallel, tracefile
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
@@ -151,14 +151,14 @@ def test_one_helper_serves_traces_in_turn_after_damaged_ones(tmp_path, monkeypat
     truncated.write_bytes(text[:-2000])
     monkeypatch.setattr(tracefile, "CHUNK_BYTES", 1 << 20)
     meta, alone = tracefile.read_trace(path)
-    with tracefile.helpers(1) as helping:
+    with parallel.helpers(1) as helping:
         for bad in (damaged, truncated, damaged):
             with pytest.raises(ValueError):
                 tracefile.read_trace(str(bad), helping=helping)
             again_meta, again = tracefile.read_trace(path, helping=helping)
             assert again_meta == meta
             same_columns(again, alone)
-        assert helping[0].submit(divmod, 9, 4) and helping[0].result() == (2, 1)
+        assert helping[0].submit(divmod, 9, 4).result() == (2, 1)
 
 
 def test_hta_frame_gives_what_htas_own_parse_gives():
@@ -167,7 +167,7 @@ def test_hta_frame_gives_what_htas_own_parse_gives():
 
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     meta, columns = tracefile.read_trace(path)
-    given = hta_breakdown.rank_breakdowns(path, meta, columns)()
+    given = hta_breakdown.rank_breakdowns(path, meta, columns).result()
     ours, problems = given["breakdowns"], given["problems"]
     assert problems == []
     with hta_breakdown._quiet():
@@ -293,30 +293,36 @@ def test_parallel_parse_gives_what_serial_parse_gives(tmp_path, workers):
 def test_breakdowns_shared_with_a_helper_are_those_of_one_process():
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     meta, columns = tracefile.read_trace(path)
-    alone = hta_breakdown.rank_breakdowns(path, meta, columns)()
-    with tracefile.helpers(1) as (helper,):
+    alone = hta_breakdown.rank_breakdowns(path, meta, columns).result()
+    with parallel.helpers(1) as (helper,):
         meta, columns = tracefile.read_trace(path, helping=[helper])
-        shared = hta_breakdown.rank_breakdowns(path, meta, columns, helper)()
+        shared = hta_breakdown.rank_breakdowns(path, meta, columns, helper).result()
     assert alone["problems"] == [] and set(alone["breakdowns"]) >= {"temporal", "kernel_types_us", "idle_causes_us"}
     assert json.dumps(shared) == json.dumps(alone)  # the same entries in the same order
 
 
 def test_a_helper_job_that_ends_the_helper_is_an_error_here():
-    with tracefile.helpers(1) as (helper,):
-        assert helper.submit(divmod, 7, 2) and helper.result() == (3, 1)
-        assert helper.submit(os._exit, 3)
-        with pytest.raises(EOFError):
-            helper.result()
+    with parallel.helpers(1) as (helper,):
+        assert helper.submit(divmod, 7, 2).result() == (3, 1)
+        ended = helper.submit(os._exit, 3)
+        with pytest.raises(parallel.HelperGone):
+            ended.result()
+        assert helper.submit(divmod, 7, 2) is None  # gone: the caller does the work itself
+
+
+def test_a_job_that_does_not_pickle_is_left_to_the_caller_and_the_helper_serves_on():
+    with parallel.helpers(1) as (helper,):
+        assert helper.submit(divmod, lambda: 0, 2) is None  # a lambda does not pickle: nothing was sent
+        assert helper.submit(divmod, 7, 2).result() == (3, 1)
 
 
 def test_a_helper_gone_before_its_share_leaves_the_breakdowns_to_this_process():
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     meta, columns = tracefile.read_trace(path)
-    alone = hta_breakdown.rank_breakdowns(path, meta, columns)()
-    with tracefile.helpers(1) as (helper,):
-        helper.proc.kill()
-        helper.proc.join()
-        given = hta_breakdown.rank_breakdowns(path, meta, columns, helper)()
+    alone = hta_breakdown.rank_breakdowns(path, meta, columns).result()
+    with parallel.helpers(1) as (helper,):
+        helper.kill()
+        given = hta_breakdown.rank_breakdowns(path, meta, columns, helper).result()
     assert json.dumps(given) == json.dumps(alone)
 
 
@@ -324,13 +330,12 @@ def test_a_helper_that_dies_with_its_share_leaves_that_share_out_and_says_so(tmp
     """The helper is busy (a job of the test's) when its share is handed over, then killed: this process's
     breakdowns stay, the helper's are left out with a problem line each."""
     path = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)][0]
-    with tracefile.helpers(1) as (helper,):
+    with parallel.helpers(1) as (helper,):
         meta, columns = tracefile.read_trace(path, helping=[helper])
         assert helper.submit(time.sleep, 60)  # the share below waits in the pipe (a small trace: it fits)
         pending = hta_breakdown.rank_breakdowns(path, meta, columns, helper)
-        helper.proc.kill()
-        helper.proc.join()
-        given = pending()
+        helper.kill()
+        given = pending.result()
     assert "temporal" in given["breakdowns"] and "idle_causes_us" in given["breakdowns"]
     assert not set(given["breakdowns"]) & {"kernel_types_us", "top_kernels", "comm_comp_overlap_pct"}
     assert [p.split(" left out")[0] for p in given["problems"]] == [f"HTA {label}" for label in hta_breakdown.HELPER_SHARE]
@@ -363,17 +368,17 @@ def test_parse_workers_hold_the_memory_budget():
     """2x the largest trace or 512 MiB, whichever is more; CPUs and free memory bound it too."""
     mb, gb = 1 << 20, 1 << 30
     eight = [300 * mb] * 8
-    assert loading.workers_for(eight, cpus=2, in_use=80 * mb, available=20 * gb) == 1  # 2 would need 960 MB
-    assert loading.workers_for([28 * mb] * 2, cpus=2, in_use=80 * mb, available=20 * gb) == 2
-    assert loading.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=20 * gb) == 3
-    assert loading.workers_for([2 * gb] * 8, cpus=16, in_use=200 * mb, available=64 * gb) == 1  # 4 GB budget
-    assert loading.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=100 * mb) == 1
-    assert loading.workers_for([10 * mb] * 2, cpus=8, in_use=0, available=gb) == 1  # too little to parse
+    assert parallel.workers_for(eight, cpus=2, in_use=80 * mb, available=20 * gb) == 1  # 2 would need 960 MB
+    assert parallel.workers_for([28 * mb] * 2, cpus=2, in_use=80 * mb, available=20 * gb) == 2
+    assert parallel.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=20 * gb) == 3
+    assert parallel.workers_for([2 * gb] * 8, cpus=16, in_use=200 * mb, available=64 * gb) == 1  # 4 GB budget
+    assert parallel.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=100 * mb) == 1
+    assert parallel.workers_for([10 * mb] * 2, cpus=8, in_use=0, available=gb) == 1  # too little to parse
 
 
 def test_parse_workers_is_one_for_little_work(tmp_path):
     paths = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)]
-    assert loading.parse_workers(paths) == 1
+    assert parallel.worker_count([loading.uncompressed_size(p) for p in paths]) == 1
     with gzip.open(paths[0]) as f:
         assert loading.uncompressed_size(paths[0]) == len(f.read())
 
