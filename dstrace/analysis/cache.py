@@ -194,7 +194,7 @@ def pack(reduced: RankReduction) -> tuple[dict[str, np.ndarray], dict]:
     the form of both the cache and the rank summaries (`summaries`)."""
     arrays: dict[str, np.ndarray] = {}
     frames = {name: _put_frame(arrays, f"r.{name}.", getattr(reduced, name)) for name in FRAMES}
-    return arrays, {"frames": frames, "reduced": {k: v for k, v in vars(reduced).items() if k not in FRAMES}}
+    return arrays, {"frames": frames, "reduced": {k: v for k, v in reduced.plain().items() if k not in FRAMES}}
 
 
 def unpack(arrays, head: dict) -> RankReduction | None:

@@ -188,7 +188,7 @@ def communication_bound(ranks: dict[int, RankSummary], device: str, mech: Mechan
             "span_us": s.span_us, "exposed_comm_us": s.exposed_comm_us, "wait_us": s.wait_us,
             "unsplit_us": s.unsplit_us, "exposed_transfer_us": _exposed_transfer(s),
             "exposed_fraction": _exposed_transfer(s) / s.span_us, "comm_us": s.busy_us.get("communication", 0.0),
-            "hta_comm_comp_overlap_pct": s.hta.get("comm_comp_overlap_pct"),
+            "hta_comm_comp_overlap_pct": s.hta.comm_comp_overlap_pct,
             "by_kind_us": {k: c.kernel_us for k, c in kinds},
         }
     fractions = [e["exposed_fraction"] for e in evidence.values()]
@@ -451,7 +451,7 @@ def host_bound(ranks: dict[int, RankSummary], device: str, mech: Mechanisms | No
     for r, (s, share) in sorted(hit.items()):
         evidence[str(r)] = {"span_us": s.span_us, "gpu_idle_us": s.idle_us, "idle_fraction": s.idle_us / s.span_us,
                             "host_wait_us": s.host_time.get("host_wait_us"), "host_wait_share_of_idle": share,
-                            "hta_idle_causes_summed_over_streams_us": s.hta.get("idle_causes_us"),
+                            "hta_idle_causes_summed_over_streams_us": s.hta.idle_causes_us,
                             "host_during_gpu_idle": s.host_time,
                             "causes_us": {k: v[0] for k, v in idle_causes(s.host_time, mech).items()}}
     order = sorted(hit, key=lambda r: (-hit[r][0].idle_us / hit[r][0].span_us, r))

@@ -132,7 +132,10 @@ def decode_rank(path: str, world_hint: int, reduce: bool = True,
     ours = dstrace_metadata(meta)
     rank, _ = _rank_of(path, meta, ours)
     world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
-    return meta, events, reduction.reduce_rank(events, world, hta.result if hta is not None else None)
+    reduced = reduction.reduce_rank(events, world)  # while the helper computes its share of HTA's breakdowns
+    if hta is not None and reduced.has_gpu:
+        reduced.hta = hta.result()
+    return meta, events, reduced
 
 
 def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,

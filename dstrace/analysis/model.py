@@ -95,6 +95,113 @@ class LoadedRun:
 
 
 @dataclass
+class HtaTemporal:
+    """HTA's temporal breakdown of one rank's GPU time (its clock, its kernel span)."""
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+    span_us: float
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+    communication_in_compute_us: dict[str, float] = field(default_factory=dict)  # `communication_in_compute`
+
+
+@dataclass
+class HtaKernel:
+    """One of HTA's top kernels; `communication_library` names the library whose communication kernel HTA
+    typed as something else (a DeepEP dispatch as COMPUTATION)."""
+    name: str
+    kernel_type: str
+    total_us: float
+    communication_library: str | None = None
+
+
+@dataclass
+class HtaBreakdown:
+    """One rank's HTA breakdowns. A breakdown left out (HTA failed on it, or gave no rows) is None, with the
+    problem met in `problems`; `comm_comp_overlap_pct` is NaN where HTA gives a breakdown but no number."""
+    temporal: HtaTemporal | None = None
+    kernel_types_us: dict[str, float] | None = None
+    top_kernels: list[HtaKernel] | None = None
+    comm_comp_overlap_pct: float | None = None
+    idle_causes_us: dict[str, float] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """The breakdowns given, as the report's JSON holds them (`docs/analysis-schema.md`: `hta`)."""
+        out: dict = {}
+        if self.temporal is not None:
+            t = {k: v for k, v in vars(self.temporal).items() if k != "communication_in_compute_us"}
+            out["temporal"] = {**t, **({"communication_in_compute_us": self.temporal.communication_in_compute_us}
+                                       if self.temporal.communication_in_compute_us else {})}
+        if self.kernel_types_us is not None:
+            out["kernel_types_us"] = self.kernel_types_us
+        if self.top_kernels is not None:
+            out["top_kernels"] = [{k: v for k, v in vars(kernel).items() if k != "communication_library"
+                                   or v is not None} for kernel in self.top_kernels]
+        if self.comm_comp_overlap_pct is not None:
+            value = self.comm_comp_overlap_pct
+            out["comm_comp_overlap_pct"] = value if value == value else None
+        if self.idle_causes_us is not None:
+            out["idle_causes_us"] = self.idle_causes_us
+        return out
+
+    def stored(self) -> dict:
+        """The form the reduction's files keep (cache, rank summaries): `to_json` and the problems."""
+        return {"breakdowns": self.to_json(), "problems": list(self.problems)}
+
+    @classmethod
+    def from_stored(cls, stored) -> HtaBreakdown:
+        """What `stored` gave, checked (the file is untrusted): TypeError when it is not what dstrace writes."""
+        if not isinstance(stored, dict) or not isinstance(stored.get("breakdowns"), dict) \
+                or not isinstance(stored.get("problems"), list) or not all(isinstance(p, str) for p in stored["problems"]):
+            raise TypeError("HTA results that are not what dstrace writes")
+        b = stored["breakdowns"]
+        temporal = b.get("temporal")
+        if temporal is not None:
+            if not isinstance(temporal, dict):
+                raise TypeError("HTA's temporal breakdown is not an object")
+            temporal = HtaTemporal(**{k: _number(temporal.get(k)) for k in _TEMPORAL},
+                                   communication_in_compute_us=_numbers(temporal.get("communication_in_compute_us", {})))
+        kernels = b.get("top_kernels")
+        if kernels is not None:
+            if not isinstance(kernels, list) or not all(isinstance(k, dict) for k in kernels):
+                raise TypeError("HTA's top kernels are not a list of objects")
+            kernels = [HtaKernel(_text(k.get("name")), _text(k.get("kernel_type")), _number(k.get("total_us")),
+                                 None if k.get("communication_library") is None else _text(k["communication_library"]))
+                       for k in kernels]
+        overlap = b.get("comm_comp_overlap_pct")
+        if "comm_comp_overlap_pct" in b:
+            overlap = float("nan") if overlap is None else _number(overlap)
+        return cls(temporal=temporal, kernel_types_us=_numbers(b["kernel_types_us"]) if "kernel_types_us" in b else None,
+                   top_kernels=kernels, comm_comp_overlap_pct=overlap,
+                   idle_causes_us=_numbers(b["idle_causes_us"]) if "idle_causes_us" in b else None,
+                   problems=list(stored["problems"]))
+
+
+_TEMPORAL = ("idle_us", "compute_us", "non_compute_us", "span_us", "idle_pct", "compute_pct", "non_compute_pct")
+
+
+def _number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"HTA result {str(value)[:40]} is not a number")
+    return value
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"HTA result {str(value)[:40]} is not text")
+    return value
+
+
+def _numbers(value) -> dict[str, float]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise TypeError("HTA results that are not an object of numbers")
+    return {k: _number(v) for k, v in value.items()}
+
+
+@dataclass
 class CollectiveStats:
     """One collective kind on one rank. Bandwidths follow nccl-tests (bytes / time, GB = 1e9 B)."""
     count: int
@@ -139,7 +246,7 @@ class RankSummary:
     unsplit_us: float = 0.0  # collective time whose wait/transfer split is withheld (in comm_us, not in wait_us)
     devices: dict[str, dict[str, float]] = field(default_factory=dict)
     comm_libraries_us: dict[str, float] = field(default_factory=dict)  # communication time per library (GPU)
-    hta: dict[str, Any] = field(default_factory=dict)
+    hta: HtaBreakdown = field(default_factory=HtaBreakdown)  # none of HTA's breakdowns: a rank without GPU work
     host_time: dict[str, Any] = field(default_factory=dict)
     sparse: str | None = None  # why the span is too bare to split into shares (`pipeline.sparse_span`), else None
 

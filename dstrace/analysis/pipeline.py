@@ -7,7 +7,7 @@ import pandas as pd
 
 from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, peer_wait, steps as steps_mod,
                               utilization)
-from dstrace.analysis.model import Analysis, LoadedRun, RankSummary, StepSeries
+from dstrace.analysis.model import Analysis, HtaBreakdown, LoadedRun, RankSummary, StepSeries
 from dstrace.rankset import ranks_text
 from dstrace.trace_names import GPU_HOST_CATEGORIES
 
@@ -68,7 +68,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             busy_us=util["busy_us"], exposed_comm_us=util["exposed_comm_us"], collectives=stats.get(r, {}),
             comm_us=w.get("comm_us", 0.0), wait_us=w.get("wait_us", 0.0), waited_for=w.get("waited_for", {}),
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
-            unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, {}),
+            unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, HtaBreakdown()),
             host_time=trace.reduced.host_time, comm_libraries_us=util.get("comm_libraries_us", {}),
             sparse=sparse_span(util, device),
         )

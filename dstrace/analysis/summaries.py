@@ -25,7 +25,7 @@ from dstrace.analysis import cache, collectives, reduction
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
 from dstrace.analysis.loading import MAX_WORLD_SIZE, folder_names, read_manifests, settle_run
-from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.analysis.model import HtaBreakdown, LoadedRun, RankTrace
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
 from dstrace.errors import UserError
@@ -205,7 +205,7 @@ def _check(data: dict, reduced: RankReduction | None, frames_checked: bool = Fal
             and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
             and isinstance(u.get("comm_libraries_us", {}), dict)
             and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
-            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))
+            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, HtaBreakdown))
             and isinstance(reduced.gpu_host_events, dict)
             and all(isinstance(k, str) and _number(v) for k, v in reduced.gpu_host_events.items())
             and isinstance(reduced.nccl_host_calls, dict)

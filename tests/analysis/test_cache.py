@@ -17,7 +17,7 @@ import pytest
 
 import synthetic
 from helpers import quiet
-from dstrace.analysis import cache, hta_breakdown, identity, loading, parallel, tracefile
+from dstrace.analysis import cache, hta_adapter, hta_breakdown, identity, loading, parallel, tracefile
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
@@ -167,18 +167,17 @@ def test_hta_frame_gives_what_htas_own_parse_gives():
 
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     meta, columns = tracefile.read_trace(path)
-    given = hta_breakdown.rank_breakdowns(path, meta, columns).result()
-    ours, problems = given["breakdowns"], given["problems"]
-    assert problems == []
-    with hta_breakdown._quiet():
+    ours = hta_breakdown.rank_breakdowns(path, meta, columns).result()
+    assert ours.problems == []
+    with hta_adapter.quiet():
         t = Trace(trace_files={0: path}, trace_dir=REFERENCE)
         t.load_traces(include_last_profiler_step=True, use_multiprocessing=False, use_memory_profiling=False)
         theirs = BreakdownAnalysis.get_temporal_breakdown(t, visualize=False).iloc[0]
         idle = BreakdownAnalysis.get_idle_time_breakdown(t, hta_breakdown.IDLE_CONSECUTIVE_KERNEL_DELAY_NS, rank=0,
                                                          visualize=False)[0]
-    assert ours["temporal"]["idle_us"] == float(theirs["idle_time(us)"])
-    assert ours["temporal"]["compute_us"] == float(theirs["compute_time(us)"])
-    assert ours["idle_causes_us"] == {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
+    assert ours.temporal.idle_us == float(theirs["idle_time(us)"])
+    assert ours.temporal.compute_us == float(theirs["compute_time(us)"])
+    assert ours.idle_causes_us == {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
 
 
 def assert_same_ranks(a, b, events=True):
@@ -297,8 +296,8 @@ def test_breakdowns_shared_with_a_helper_are_those_of_one_process():
     with parallel.helpers(1) as (helper,):
         meta, columns = tracefile.read_trace(path, helping=[helper])
         shared = hta_breakdown.rank_breakdowns(path, meta, columns, helper).result()
-    assert alone["problems"] == [] and set(alone["breakdowns"]) >= {"temporal", "kernel_types_us", "idle_causes_us"}
-    assert json.dumps(shared) == json.dumps(alone)  # the same entries in the same order
+    assert alone.problems == [] and set(alone.to_json()) >= {"temporal", "kernel_types_us", "idle_causes_us"}
+    assert json.dumps(shared.stored()) == json.dumps(alone.stored())  # the same entries in the same order
 
 
 def test_a_helper_job_that_ends_the_helper_is_an_error_here():
@@ -323,7 +322,7 @@ def test_a_helper_gone_before_its_share_leaves_the_breakdowns_to_this_process():
     with parallel.helpers(1) as (helper,):
         helper.kill()
         given = hta_breakdown.rank_breakdowns(path, meta, columns, helper).result()
-    assert json.dumps(given) == json.dumps(alone)
+    assert json.dumps(given.stored()) == json.dumps(alone.stored())
 
 
 def test_a_helper_that_dies_with_its_share_leaves_that_share_out_and_says_so(tmp_path):
@@ -336,10 +335,10 @@ def test_a_helper_that_dies_with_its_share_leaves_that_share_out_and_says_so(tmp
         pending = hta_breakdown.rank_breakdowns(path, meta, columns, helper)
         helper.kill()
         given = pending.result()
-    assert "temporal" in given["breakdowns"] and "idle_causes_us" in given["breakdowns"]
-    assert not set(given["breakdowns"]) & {"kernel_types_us", "top_kernels", "comm_comp_overlap_pct"}
-    assert [p.split(" left out")[0] for p in given["problems"]] == [f"HTA {label}" for label in hta_breakdown.HELPER_SHARE]
-    assert all("helper process ended" in p for p in given["problems"])
+    assert given.temporal is not None and given.idle_causes_us is not None
+    assert given.kernel_types_us is None and given.top_kernels is None and given.comm_comp_overlap_pct is None
+    assert [p.split(" left out")[0] for p in given.problems] == [f"HTA {label}" for label in hta_breakdown.HELPER_SHARE]
+    assert all("helper process ended" in p for p in given.problems)
 
 
 def test_sparse_args_read_densely_over_any_rows():
@@ -357,7 +356,7 @@ def test_sparse_args_read_densely_over_any_rows():
 
 def test_plotting_modules_are_stood_in_for_until_used():
     """HTA imports plotly's plotting modules; the breakdowns never plot, so they load only when used."""
-    code = ("import sys; from dstrace.analysis import hta_breakdown as h; h._import_hta_analyzers(); "
+    code = ("import sys; from dstrace.analysis import hta_adapter as h; h.import_analyzers(); "
             "print('narwhals' in sys.modules); import hta.analyzers.breakdown_analysis as b; "
             "print(b.make_subplots(rows=1, cols=2).layout.xaxis.domain, b.px.bar is not None, b.go.Figure().layout.width)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
