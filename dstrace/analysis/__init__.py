@@ -73,10 +73,10 @@ def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "
     """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
     `progress(message)` hears what is being read (default: stderr)."""
     from dstrace.analysis import summaries
-    from dstrace.analysis.loading import is_single_trace, load_run, stderr_progress
+    from dstrace.analysis.loading import is_single_trace, load_run
     from dstrace.analysis.pipeline import analyze
 
-    progress = progress or stderr_progress
+    progress = progress or say
     if not is_single_trace(trace_dir) and summaries.choose_source(trace_dir, source) == "summaries":
         run = summaries.load_summaries(trace_dir)
         progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")

@@ -36,7 +36,9 @@ from dstrace.trace_names import GPU_CATEGORIES, LAUNCH_CATEGORIES
 HTA_ARGS = (("stream", -1), ("correlation", -1), ("bytes", -1), ("memory_bw_gbps", 0.0), ("wait_on_stream", -1),
             ("wait_on_cuda_event_record_corr_id", -1), ("input_dims", "-1"), ("input_type", "-1"),
             ("input_strides", "-1"), ("external_id", -1))
-PROFILER_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+HTA_STEP_NAME = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+"""HTA's own reading of a ProfilerStep name (`hta.common.trace.add_iteration`), which its frame must reproduce;
+dstrace's own steps are `trace_names.PROFILER_STEP`."""
 
 
 @contextlib.contextmanager
@@ -157,7 +159,7 @@ def _add_iteration(df: pd.DataFrame, steps: pd.Series) -> None:
     cpu = stream < 0
     iteration[cpu] = -1
     for label, name in steps.items():
-        step = int(PROFILER_STEP.match(name).group(1))
+        step = int(HTA_STEP_NAME.match(name).group(1))
         start, dur = df.at[label, "ts"], df.at[label, "dur"]
         iteration[cpu & (ts >= start) & (ts < start + dur)] = step
     gpu = stream > 0

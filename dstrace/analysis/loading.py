@@ -45,10 +45,6 @@ HOST_IN_NAME = re.compile(r"^(?P<host>.+?)_rank\d+")
 
 Progress = Callable[[str], None]
 
-def stderr_progress(message: str) -> None:
-    say(message)
-
-
 def folder_names(trace_dir: str) -> list[str]:
     """The names in a run folder, sorted; UserError when it is not a folder or cannot be read."""
     if not os.path.isdir(trace_dir):
@@ -430,7 +426,7 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
                      manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
 
 
-def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int | None = None,
+def load_run(trace_dir: str, progress: Progress = say, workers: int | None = None,
              events: bool = False) -> LoadedRun:
     """Read and validate a run folder. Raises UserError when nothing in it can be analyzed. `workers`: how
     many traces to parse at once (None: as many as CPUs and memory allow); `events`: keep every rank's

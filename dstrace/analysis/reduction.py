@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import collectives, host, utilization
+from dstrace.analysis import host, rank_collectives, utilization
 from dstrace.analysis.model import HtaBreakdown
 from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, GPU_HOST_CATEGORIES, DSTRACE_STEP, PROFILER_STEP
 
@@ -25,7 +25,7 @@ GATHER_COLUMNS = ["ts", "bytes"]
 @dataclass
 class RankReduction:
     has_gpu: bool
-    collectives: pd.DataFrame  # `collectives.rank_collectives`: NCCL kernels on a GPU rank, CPU ops otherwise
+    collectives: pd.DataFrame  # `rank_collectives.rank_collectives`: NCCL kernels on a GPU rank, CPU ops otherwise
     steps: pd.DataFrame  # STEP_COLUMNS, one row per step of each source the rank has
     gathers: pd.DataFrame  # GATHER_COLUMNS: the rank's dstrace/zero3.allgather host ranges
     utilization: dict  # `utilization.utilization` over the rank's GPU kernels, or its CPU work when it has none,
@@ -34,7 +34,7 @@ class RankReduction:
     hta: HtaBreakdown | None = None  # `hta_breakdown.rank_breakdowns`, GPU ranks only
     step_work: list = field(default_factory=list)  # `step_work`: per step, GPU kernel time and host work by name
     accelerator_events: dict = field(default_factory=dict)  # category -> events, of ACCELERATOR_CATEGORIES
-    nccl_host_calls: dict = field(default_factory=dict)  # `collectives.nccl_host_calls`, ranks without GPU activity
+    nccl_host_calls: dict = field(default_factory=dict)  # `rank_collectives.nccl_host_calls`, ranks without GPU activity
     gpu_host_events: dict = field(default_factory=dict)  # `gpu_host_events`, ranks without GPU activity
 
     def __post_init__(self) -> None:
@@ -140,7 +140,7 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: HtaBreakdown | None 
     """The rank's reduction, with its HTA breakdowns `hta` (`hta_breakdown.rank_breakdowns`) when it has GPU
     work."""
     has_gpu = bool(events["is_gpu"].any()) if len(events) else False
-    coll = collectives.rank_collectives(events, has_gpu, world_size)
+    coll = rank_collectives.rank_collectives(events, has_gpu, world_size)
     steps = step_ranges(events)
     work = host.host_work(events)
     if has_gpu:
@@ -155,7 +155,7 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: HtaBreakdown | None 
     reduced = RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
                             utilization=util, host_time=host_time, step_work=step_work(events, steps, *work),
                             accelerator_events=accelerator_events(events),
-                            nccl_host_calls={} if has_gpu else collectives.nccl_host_calls(events),
+                            nccl_host_calls={} if has_gpu else rank_collectives.nccl_host_calls(events),
                             gpu_host_events={} if has_gpu else gpu_host_events(events),
                             hta=hta if has_gpu else None)
     return reduced

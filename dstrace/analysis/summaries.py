@@ -21,7 +21,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import cache, collectives, reduction
+from dstrace.analysis import cache, rank_collectives, reduction
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
 from dstrace.analysis.loading import MAX_WORLD_SIZE, folder_names, read_manifests, settle_run
@@ -40,7 +40,7 @@ its peak (numbers become Python objects before arrays), so a summary may cost at
 limit it is refused while it inflates, before its JSON is held."""
 NUMERIC = {"collectives": ("ts", "dur", "end", "host_ts", "in_bytes", "out_bytes"),
            "steps": ("step", "ts", "end", "ms"), "gathers": ("ts", "bytes")}
-COLUMNS = {"collectives": collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS, "gathers": reduction.GATHER_COLUMNS}
+COLUMNS = {"collectives": rank_collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS, "gathers": reduction.GATHER_COLUMNS}
 
 
 def summary_path(run_dir: str, rank: int) -> str:

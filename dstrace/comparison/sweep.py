@@ -23,6 +23,7 @@ import msgspec
 
 from dstrace import process_group
 from dstrace.errors import UserError
+from dstrace.say import say
 
 SWEEP_SCHEMA = "dstrace.sweep/1"
 SWEEP_FILE = "sweep.json"
@@ -165,7 +166,7 @@ def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcom
 
 
 def main(args: argparse.Namespace) -> int:
-    from dstrace.comparison.compare import compare_runs, stderr_progress
+    from dstrace.comparison.compare import compare_runs
     from dstrace.report_output import write_report
     from dstrace.comparison.render import render, render_json
     from dstrace.comparison.spec import load_spec, parse_overrides
@@ -198,16 +199,16 @@ def main(args: argparse.Namespace) -> int:
             if done is not None:
                 outcomes.append(RunOutcome(config.name, k, run_dir, done.get("status", "?"), done.get("exit_code"),
                                            0.0, True))
-                stderr_progress(f"{step}: {done.get('status')} (kept from an earlier sweep)")
+                say(f"{step}: {done.get('status')} (kept from an earlier sweep)")
                 continue
-            stderr_progress(f"{step}: recording")
+            say(f"{step}: recording")
             o = record_run(config, k, out, args.run_timeout)
             outcomes.append(o)
             _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
-            stderr_progress(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
+            say(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
                             + ("" if o.status == "complete" else f"; log: {o.path}.log"))
     except (KeyboardInterrupt, SweepStopped):
-        stderr_progress(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
+        say(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
     finally:
         signal.signal(signal.SIGTERM, previous)
     _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
