@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import intervals
-from dstrace.analysis.model import ClockOffset, CollectiveStats, LoadedRun
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import ClockOffset, CollectiveStats
 from dstrace.rankset import ranks_text
 from dstrace.trace_names import parse_ranks
 

@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from dstrace.analysis.host import host_wait_share
-from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import Finding, RankReport as RankSummary, StepSummary
 from dstrace.analysis.shift import (
     SHIFT_RATIO, UNREPRESENTATIVE_RATIO, Shift, apart, call_shifts, level_ms, median_or_none, profiler_cost,
     window_place, window_steps,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from dstrace.analysis import hta_adapter, intervals, parallel
-from dstrace.analysis.model import HtaBreakdown, HtaKernel, HtaTemporal, LoadedRun
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import HtaBreakdown, HtaKernel, HtaTemporal
 from dstrace.analysis.tracefile import Columns
 from dstrace.trace_names import comm_library
 

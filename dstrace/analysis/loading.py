@@ -29,7 +29,7 @@ import pandas as pd
 from dstrace.errors import UserError
 from dstrace.analysis import cache, hta_breakdown, parallel, reduction, tracefile
 from dstrace.analysis.findings import error_line
-from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.analysis.loaded import LoadedRun, RankTrace
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import host, rank_collectives, utilization
-from dstrace.analysis.model import HtaBreakdown
+from dstrace.analysis.results import HtaBreakdown
 from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, GPU_HOST_CATEGORIES, DSTRACE_STEP, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))

@@ -25,7 +25,8 @@ from dstrace.analysis import cache, rank_collectives, reduction
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
 from dstrace.analysis.loading import MAX_WORLD_SIZE, folder_names, read_manifests, settle_run
-from dstrace.analysis.model import HtaBreakdown, LoadedRun, RankTrace
+from dstrace.analysis.loaded import LoadedRun, RankTrace
+from dstrace.analysis.results import HtaBreakdown
 from dstrace.analysis.options import AUTO_MIN_RANKS
 from dstrace.analysis.reduction import RankReduction
 from dstrace.errors import UserError

@@ -16,7 +16,8 @@ import pandas as pd
 from dstrace.analysis import alignment, collectives, steps as steps_mod
 from dstrace.analysis.rank_collectives import launch_ts
 from dstrace.trace_names import GPU_CATEGORIES
-from dstrace.analysis.model import ClockOffset, LoadedRun
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import ClockOffset
 from dstrace.errors import UserError
 
 STEP_WINDOW = re.compile(r"^(\d+)(?::(\d+))?$")

@@ -180,9 +180,9 @@ def test_communication_bound_without_zero3_or_decoding_names_neither(tmp_path):
 def test_no_nccl_tests_advice_on_cpu_collectives():
     """gloo's collectives run on the host: nccl-tests measures nothing they use."""
     from dstrace.analysis import findings
-    from dstrace.analysis.model import RankSummary
+    from dstrace.analysis.results import RankReport
 
-    s = RankSummary(rank=0, file="rank0.json", host=None, span_us=1_000.0, idle_us=0.0,
+    s = RankReport(rank=0, file="rank0.json", host=None, span_us=1_000.0, idle_us=0.0,
                     busy_us={"compute": 200.0, "communication": 800.0}, exposed_comm_us=800.0, collectives={},
                     comm_us=800.0, wait_us=0.0, waited_for={}, late_count=0, caused_wait_us=0.0)
     cpu = findings.communication_bound({0: s}, "cpu", findings.Mechanisms(zero3=False, decoding=False, gpu=False))
@@ -228,12 +228,12 @@ def test_public_bare_spans_get_no_shares(tmp_path, name, what):
 
 
 def summary_of(rank: int, **kw):
-    from dstrace.analysis.model import RankSummary
+    from dstrace.analysis.results import RankReport
 
     base = dict(rank=rank, file=f"rank{rank}.json", host=None, span_us=10_000.0, idle_us=1_000.0,
                 busy_us={"compute": 6_000.0, "communication": 3_000.0}, exposed_comm_us=3_000.0, collectives={},
                 comm_us=3_000.0, wait_us=2_000.0, waited_for={}, late_count=0, caused_wait_us=0.0)
-    return RankSummary(**{**base, **kw})
+    return RankReport(**{**base, **kw})
 
 
 def test_mutual_wait_without_host_bound_does_not_point_to_it():
@@ -249,7 +249,8 @@ def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
     """Peer wait counted over the whole all-reduce (900 of 1000 us) against 300 us exposed read '300% of the
     exposed time'; the share is of the all-reduce time, and peer-wait is named only when it is a finding."""
     from dstrace.analysis import findings
-    from dstrace.analysis.model import CollectiveStats, LoadedRun, StepSummary
+    from dstrace.analysis.loaded import LoadedRun
+    from dstrace.analysis.results import CollectiveStats, StepSummary
     from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, Window
 
     ar = CollectiveStats(count=3, bytes=3_000_000, kernel_us=1_000.0, wait_us=900.0, transfer_us=100.0,

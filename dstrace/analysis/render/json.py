@@ -5,7 +5,7 @@ import dataclasses
 import json
 import math
 
-from dstrace.analysis.model import Analysis
+from dstrace.analysis.results import Analysis
 
 SCHEMA = "dstrace.analysis/1"
 

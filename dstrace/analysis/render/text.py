@@ -8,7 +8,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from dstrace.analysis.model import Analysis, Finding, HtaTemporal
+from dstrace.analysis.results import Analysis, Finding, HtaTemporal
 from dstrace.analysis.render.common import (
     collective_rows, evidence_line, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of,
     shown_parts, step_time_line, steps_line, time_scope, used_terms,

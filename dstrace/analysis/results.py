@@ -1,97 +1,15 @@
-"""Typed results of the analysis: what the renderers read, and nothing else.
+"""Typed results of the analysis: what the renderers and the comparison read, and nothing else.
 
 Per-event data stays in pandas DataFrames (one row per trace event); these dataclasses hold what
-the analyses conclude from them.
+the analyses conclude from them, and `span_parts`/`shares` split a rank's span the one way every
+report and comparison shows it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
-
-from dstrace.runfolder.records import Manifest, RunRecord
-from dstrace.trace_names import ACCELERATOR_CATEGORIES
-
-if TYPE_CHECKING:
-    from dstrace.analysis.reduction import RankReduction
-
-
-@dataclass
-class RankTrace:
-    """One rank's parsed trace: its reduction (what the analysis reads), its events when asked for (the
-    timeline), and what its metadata says."""
-    rank: int
-    path: str
-    reduced: RankReduction
-    events: pd.DataFrame | None = None  # loaded only by `load_run(..., events=True)`
-    world_size: int | None = None
-    host: str | None = None
-    run_id: str | None = None
-    distributed: dict | None = None  # the trace's distributedInfo, when torch.distributed was up
-    dstrace: dict | None = None  # the trace's "dstrace" metadata written by `dstrace record`
-
-    @property
-    def has_gpu(self) -> bool:
-        return self.reduced.has_gpu
-
-
-@dataclass
-class LoadedRun:
-    """Everything read from a run folder, validated: one reduced trace (or rank summary) per rank, manifests
-    when present."""
-    trace_dir: str
-    traces: dict[int, RankTrace]
-    world_size: int
-    run_id: str | None = None
-    manifests: dict[int, Manifest] = field(default_factory=dict)
-    run_record: RunRecord | None = None
-    warnings: list[str] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
-    source: str = "traces"  # or "summaries": the reductions came from the ranks' in-job summaries
-
-    @property
-    def ranks(self) -> list[int]:
-        """The ranks whose files were found: traces, or the manifests when no rank left a trace."""
-        return sorted(self.traces or self.manifests)
-
-    @property
-    def missing_ranks(self) -> list[int]:
-        found = set(self.ranks)
-        return [r for r in range(self.world_size) if r not in found]
-
-    @property
-    def device(self) -> str:
-        """"gpu" when any rank has GPU kernels; "host-only" when none has, but a trace holds the activity of an
-        accelerator dstrace does not read (MTIA, HPU), or the host side of a GPU job whose GPU activity is not in
-        the traces (`gpu_job_untraced`): its host side is all that is analyzed; "cpu" when
-        there are only CPU events (the analysis then reads CPU-side collectives); "none" when no trace was
-        recorded (manifests only)."""
-        if not self.traces:
-            return "none"
-        if any(t.has_gpu for t in self.traces.values()):
-            return "gpu"
-        return "host-only" if self.accelerators or self.gpu_job_untraced else "cpu"
-
-    @property
-    def gpu_job_untraced(self) -> bool:
-        """Whether a rank without GPU activity shows a GPU job on its host: CUDA runtime calls, CUPTI profiler
-        ranges or c10d's nccl:* ranges (a GPU job profiled without its GPU activity, not a CPU-only one)."""
-        return any(not t.has_gpu and (t.reduced.gpu_host_events or t.reduced.nccl_host_calls)
-                   for t in self.traces.values())
-
-    @property
-    def accelerators(self) -> dict[str, dict]:
-        """Accelerators whose device timeline dstrace does not read, by name (trace_names.ACCELERATOR_CATEGORIES):
-        the ranks whose traces hold their events, and the events per category over those ranks."""
-        out: dict[str, dict] = {}
-        for rank, t in sorted(self.traces.items()):
-            for cat, n in (t.reduced.accelerator_events or {}).items():
-                entry = out.setdefault(ACCELERATOR_CATEGORIES.get(cat, cat), {"ranks": [], "events": {}})
-                if rank not in entry["ranks"]:
-                    entry["ranks"].append(rank)
-                entry["events"][cat] = entry["events"].get(cat, 0) + int(n)
-        return out
 
 
 @dataclass
@@ -229,7 +147,7 @@ class ClockOffset:
 
 
 @dataclass
-class RankSummary:
+class RankReport:
     rank: int
     file: str
     host: str | None
@@ -303,7 +221,7 @@ class Analysis:
     world_size: int
     ranks_found: list[int]
     missing_ranks: list[int]
-    ranks: dict[int, RankSummary]
+    ranks: dict[int, RankReport]
     steps: StepSummary | None
     findings: list[Finding]
     clock: dict[int, ClockOffset]
@@ -313,3 +231,31 @@ class Analysis:
     skipped: list[dict[str, str]] = field(default_factory=list)
     accelerators: dict[str, dict] = field(default_factory=dict)  # LoadedRun.accelerators
     step_series: list[StepSeries] = field(default_factory=list)  # `pipeline.step_series`
+
+
+SPAN_PARTS = ("compute", "transfer", "wait for peers", "split withheld", "other busy", "idle")
+"""The parts of a rank's span, exclusive, in the order the tables and bars show them."""
+
+
+def span_parts(s: RankReport) -> dict[str, float]:
+    """A rank's span split into SPAN_PARTS (us): the exposed collective time splits into wait (first) and
+    transfer, so that waiting never reads as communicating; the parts sum to the span."""
+    exposed = max(s.exposed_comm_us, 0.0)
+    wait = min(s.wait_us, exposed)
+    withheld = min(s.unsplit_us, exposed - wait)
+    compute = s.busy_us.get("compute", 0.0)
+    other = max(s.span_us - s.idle_us - compute - exposed, 0.0)
+    return {"compute": compute, "transfer": exposed - wait - withheld, "wait for peers": wait,
+            "split withheld": withheld, "other busy": other, "idle": max(s.span_us - compute - exposed - other, 0.0)}
+
+
+def shares(parts: dict[str, float]) -> dict[str, int]:
+    """Whole percentages that add up to exactly 100 (largest remainder), so a table's shares do."""
+    total = sum(parts.values())
+    if total <= 0:
+        return {k: 0 for k in parts}
+    exact = {k: 100 * v / total for k, v in parts.items()}
+    out = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: exact[k] - out[k], reverse=True)[: 100 - sum(out.values())]:
+        out[k] += 1
+    return out
