@@ -8,6 +8,7 @@ import sys
 import time
 
 import synthetic
+from dstrace.runfolder.folder import RunFolder
 from dstrace.analysis import report_cache
 from tests.conftest import tool
 
@@ -98,14 +99,14 @@ def test_a_kept_reduction_counts_in_the_key_only_without_its_trace(tmp_path):
     folder_of_two_ranks(tmp_path)
     load_run(str(tmp_path), progress=lambda m: None)
     (path,) = [p for p in glob.glob(str(tmp_path / f"*{kept.SUFFIX}")) if "_rank1." in p]
-    before = report_cache.key(str(tmp_path), {})
+    before = report_cache.key(RunFolder.scan(str(tmp_path)), {})
     got = kept.KeptReduction.load(path)
     got.reduced.utilization["span_us"] += 1.0
     got.save(path)
-    assert report_cache.key(str(tmp_path), {}) == before
+    assert report_cache.key(RunFolder.scan(str(tmp_path)), {}) == before
     for trace in glob.glob(str(tmp_path / "*.pt.trace.json.gz")):
         os.remove(trace)
-    alone = report_cache.key(str(tmp_path), {})
+    alone = report_cache.key(RunFolder.scan(str(tmp_path)), {})
     got.reduced.utilization["span_us"] += 1.0
     got.save(path)
-    assert report_cache.key(str(tmp_path), {}) != alone
+    assert report_cache.key(RunFolder.scan(str(tmp_path)), {}) != alone

@@ -8,6 +8,7 @@ import os
 
 from dstrace.analysis.loading import load_run
 from dstrace.runfolder import folder as rf
+from dstrace.runfolder.names import reduction_name
 from dstrace.runfolder.records import MAX_WORLD
 
 RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
@@ -16,7 +17,7 @@ KINDS = {
     RANK0: rf.TRACE, "hostA_rank1.1700000000000.pt.trace.json": rf.TRACE,
     "rank0.manifest.json": rf.MANIFEST, "rank0.reduction.arrow": rf.REDUCTION, "run.json": rf.RUN,
     "unrecorded.hostA.123.json": rf.UNRECORDED, "nodes": rf.NODES, "deepspeed_env": rf.DEEPSPEED_ENV,
-    f".{RANK0}.dstrace-cache.npz": rf.DERIVED, ".dstrace-report.json.cache": rf.DERIVED,
+    ".dstrace-report.json.cache": rf.DERIVED,
     "dstrace-report.html": rf.DERIVED, "dstrace-merged.pftrace": rf.DERIVED, ".run.json.abc123.tmp": rf.DERIVED,
     "other_tool.json": rf.JSON, "notes.txt": rf.OTHER,
 }
@@ -67,5 +68,5 @@ def test_a_trace_changed_after_it_was_hashed_is_refused_not_read_under_the_old_h
     run = load_run(folder, progress=lambda message: None)
     assert sorted(run.traces) == [1]
     assert any(s["path"] == trace.path and "changed while it was being parsed" in s["reason"] for s in run.skipped)
-    assert not os.path.exists(os.path.join(small_run, f".{RANK0}.dstrace-cache.npz"))
+    assert not os.path.exists(os.path.join(small_run, reduction_name(RANK0)))
     assert sorted(load_run(small_run, progress=lambda message: None).traces) == [0, 1]  # listed and hashed anew
