@@ -142,6 +142,7 @@ class RankSummary:
     hta: dict[str, Any] = field(default_factory=dict)
     host_time: dict[str, Any] = field(default_factory=dict)
     sparse: str | None = None  # why the span is too bare to split into shares (`pipeline.sparse_span`), else None
+    read_from: str = "trace"  # or "kept reduction": the trace at `file` is not in the folder (`RankTrace.trace_absent`)
 
 
 @dataclass
