@@ -72,6 +72,8 @@ def test_the_reduction_alone_gives_the_traces_report(twins, tmp_path, source):
     of_traces = analysis(traces, env)
     shutil.rmtree(traces)  # the reduction is all analyze reads
     of_reduction = analysis(run_dir, env)
+    assert [r.pop("read_from") for r in of_traces["ranks"].values()] == ["trace"] * len(ranks)
+    assert [r.pop("read_from") for r in of_reduction["ranks"].values()] == ["kept reduction"] * len(ranks)
     assert {k: of_reduction[k] for k in SAME} == {k: of_traces[k] for k in SAME}
     assert of_reduction["ranks_found"] == ranks
     expected = {"hta_allreduce_2ranks": ["host-bound"], "hta_all_to_all_8ranks": ["peer-wait"], "sampled": []}
@@ -202,7 +204,7 @@ def test_bad_traces_cost_a_line_each(tmp_path):
     assert "no rank in it" in said["x.json.gz"]
     assert "claims rank 0" in said["copy.json.gz"] and "claims rank 0" in said["rank0.json.gz"]
     assert "more than 64 MiB of metadata before its events" in said["rank2.json.gz"] and "FIFO" in said["rank3.json"]
-    assert "rank 1: no summary: truncated or corrupt JSON" in said["rank1.json.gz"]
+    assert "rank 1: no kept reduction: truncated or corrupt JSON" in said["rank1.json.gz"]
     run = read_json(os.path.join(run_dir, "run.json"))
     assert run["status"] == "incomplete" and run["ranks"] == [] and len(run["problems"]) == 6
     assert sorted(os.listdir(run_dir)) == ["run.json"]  # no leftovers of the private folder
