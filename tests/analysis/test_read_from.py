@@ -32,8 +32,13 @@ def test_each_rank_says_whether_it_was_read_from_its_trace_or_its_kept_reduction
     doc = json.loads(render(a, "json"))
     assert {r: v["read_from"] for r, v in doc["ranks"].items()} == {"0": "trace", "1": "kept reduction", "2": "trace"}
     assert os.path.basename(doc["ranks"]["1"]["file"]) == traces[1] and not os.path.exists(doc["ranks"]["1"]["file"])
-    assert f"rank 1 read from its kept reduction (*.reduction.arrow): its trace is not in {folder}" in doc["notes"]
-    assert not any("their" in n for n in doc["notes"])
+
+
+def test_one_rank_read_from_its_kept_reduction_is_said_in_the_singular(tmp_path):
+    folder, _ = three_of_four(tmp_path / "run")
+    notes = analyze(load_run(str(folder), progress=quiet)).notes
+    assert f"rank 1 read from its kept reduction (*.reduction.arrow): its trace is not in {folder}" in notes
+    assert not any("their" in n for n in notes)
 
 
 def test_several_ranks_read_from_kept_reductions_are_said_in_the_plural(tmp_path):
