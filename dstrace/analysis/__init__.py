@@ -18,7 +18,8 @@ def load_and_analyze(run_dir: str, clock_policy: str = "auto", workers: int | No
 
     progress = progress or stderr_progress
     run = load_run(run_dir, progress=progress, workers=workers)
-    progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
+    progress(f"analyzing {len(run.traces)} rank{'' if len(run.traces) == 1 else 's'}: breakdowns, collectives, "
+             "cross-rank alignment")
     return analyze(run, clock_policy=clock_policy)
 
 
