@@ -9,10 +9,10 @@ the same options and nothing changed gets its kept report). The `dstrace analyze
 from __future__ import annotations
 
 
-def load_and_analyze(run_dir: str, clock_policy: str = "auto", workers: int | None = None, progress=None):
+def load_and_analyze(run_dir, clock_policy: str = "auto", workers: int | None = None, progress=None):
     """The one way from a run folder to its Analysis: its ranks (each a trace, or a kept reduction that
-    answers for it or stands alone) loaded and analyzed. `progress(message)` hears what is being read
-    (default: stderr)."""
+    answers for it or stands alone) loaded and analyzed. `run_dir`: the folder's path, or its `RunFolder` when
+    the caller has listed it. `progress(message)` hears what is being read (default: stderr)."""
     from dstrace.analysis.loading import load_run, stderr_progress
     from dstrace.analysis.pipeline import analyze
 

@@ -65,10 +65,11 @@ def kept_path(trace_path: str) -> str:
     return os.path.join(folder, reduction_name(name))
 
 
-def key(trace_path: str, world_hint: int) -> dict:
-    """What a kept reduction must have been made under to answer for the trace as it is now. Raises OSError
-    (or `untrusted.Refused`) when the trace cannot be read."""
-    return {"trace": identity.content(trace_path), "world_hint": world_hint, **identity.versions()}
+def key(trace_path: str, world_hint: int, content: dict | None = None) -> dict:
+    """What a kept reduction must have been made under to answer for the trace as it is now (`content`: the
+    trace's `untrusted.content`, when the folder's listing took it already). Raises OSError (or
+    `untrusted.Refused`) when the trace cannot be read."""
+    return {"trace": content or untrusted.content(trace_path), "world_hint": world_hint, **identity.versions()}
 
 
 @dataclass
@@ -78,10 +79,10 @@ class KeptReduction:
     trace_file: str  # the trace's file name, in the same folder
     key: dict  # `key` when it was made
 
-    def answers_for(self, trace_path: str, world_hint: int) -> bool:
+    def answers_for(self, trace_path: str, world_hint: int, content: dict | None = None) -> bool:
         """Whether this reduction is the one this code makes of the trace as it is now."""
         try:
-            return self.key == key(trace_path, world_hint)
+            return self.key == key(trace_path, world_hint, content)
         except (OSError, untrusted.Refused):
             return False
 
@@ -430,9 +431,10 @@ def write_run_reductions(run_dir: str, traces: dict[int, str], world_size: int,
     reductions `dstrace analyze` makes and reads, so the first analysis decodes no trace. Returns one line
     per rank left without one in `run_dir`."""
     from dstrace.analysis.loading import Parsed, parse_traces
+    from dstrace.runfolder.folder import TRACE, FolderFile
 
     paths = {rank: os.path.join(run_dir, name) for rank, name in sorted(traces.items())}
-    parsed = parse_traces(list(paths.values()), progress, world_hint=world_size)
+    parsed = parse_traces([FolderFile(p, TRACE) for p in paths.values()], progress, world_hint=world_size)
     problems = []
     for rank, path in paths.items():
         result = parsed[path]

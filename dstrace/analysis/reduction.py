@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import collectives, host, intervals, utilization
-from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, GPU_HOST_CATEGORIES, DSTRACE_STEP, PROFILER_STEP
+from dstrace.runfolder.range_names import ALLGATHER_RANGE, DSTRACE_STEP, PREFIX, range_label
+from dstrace.trace_names import ACCELERATOR_CATEGORIES, GPU_HOST_CATEGORIES, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
 """Where step ranges come from, most informative first: the run uses the first source any rank has."""
@@ -102,7 +103,7 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, o
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
     kernels = events.loc[events["is_gpu"], ["name", "ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
-                            pd.DataFrame({"name": "dstrace/" + ranges["name"].astype(str).map(host.range_label),
+                            pd.DataFrame({"name": PREFIX + ranges["name"].astype(str).map(range_label),
                                           "ts": ranges["ts"], "dur": ranges["dur"]}),
                             compile_work(events)[["name", "ts", "dur"]]], ignore_index=True)
 

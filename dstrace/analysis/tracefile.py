@@ -211,21 +211,72 @@ def _duplicate_keys(text: bytes) -> list[str]:
     return found
 
 
-EVENT_KEYS = (b'"ts":', b'"dur":')
-"""The event keys every time in a report comes from, as Kineto writes them: a piece of the event array that
-holds more of one than it has events gives it twice somewhere (or has it among some event's args), and is
-then looked at key by key. Only these two are counted: each count costs ~5% of the decode."""
+EVENT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id")
+"""The keys looked for twice inside each event (`_event_keys_twice`): those the decoder reads, and a flow's `id`.
+Any other key given twice is found too, in an event looked at key by key."""
 ARRAY_AT = b'{"traceEvents": '
 """What the event array's last piece is put after, to decode it with the top-level keys that follow it."""
+OPEN = ord("{")
+MARK_BITS, MARKED = 0x41, 0x7B
+"""`byte | MARK_BITS == MARKED` for `:` and `{` (and `;` and `z`): one comparison finds both."""
+_SIGNS = np.array([0] + [int.from_bytes(b'"%s":' % k.encode(), "little") << 8 * (5 - len(k)) for k in EVENT_KEYS],
+                  dtype=np.uint64)
+"""Per key code (1, 2, ...): `"key":` as the 8 bytes up to the colon hold it, read little-endian (the colon the
+top byte), masked by `_MASKS`."""
+_MASKS = np.array([0] + [((1 << 8 * (len(k) + 3)) - 1) << 8 * (5 - len(k)) for k in EVENT_KEYS], dtype=np.uint64)
+_EVENT_OPENERS = tuple((int.from_bytes(b, "little") << 8 * (8 - len(b)), ((1 << 8 * len(b)) - 1) << 8 * (8 - len(b)))
+                       for b in (b",{", b"[{", b", {", b"[ {", b",\n{", b"[\n{", b"\n  {", b"\n    {"))
+"""(bytes, mask) of what comes before a `{` that opens an event, as read like `_SIGNS`: right after the `,` or
+`[` of the event array, or one space or newline after it, or Kineto's `\n  ` (`\n    ` where the array itself
+is indented, as `json.dump(indent=2)` writes it)."""
+_CODE_AT = np.zeros(1 << 16, dtype=np.intp)
+"""Key code by a tail's bytes 3 and 4 read little-endian: the key's third- and second-last bytes (`"p` for ph, `ca`
+for cat, `pi`, `ti`, `am`, ...: distinct for EVENT_KEYS)."""
+_CODE_AT[[int.from_bytes(int(sign).to_bytes(8, "little")[3:5], "little") for sign in _SIGNS[1:]]] = \
+    np.arange(1, len(EVENT_KEYS) + 1)
+assert np.count_nonzero(_CODE_AT) == len(EVENT_KEYS), "two EVENT_KEYS share their bytes 3 and 4"
 
 
-def _event_keys_twice(text: bytes | bytearray, events: int, start: int = 0, end: int | None = None) -> list[str]:
-    """The keys given twice in an object of `text[start:end]`, a piece of the event array with `events`
-    events (`_duplicate_keys`), looked for only where counting its `EVENT_KEYS` says one may be (no copy)."""
+def _event_keys_twice(text, events: int, start: int = 0, end: int | None = None) -> list[str]:
+    """The keys given twice in an object of `text[start:end]`, a piece of the event array with `events` events
+    (`_duplicate_keys`), looked for only in the events where one of EVENT_KEYS occurs twice.
+
+    One numpy pass over the piece (no copy) finds each `:` and `{` and reads the 8 bytes up to each: the `{`
+    that open events (`_EVENT_OPENERS`) cut the keys (`_SIGNS`) into events, and an event whose sum of
+    `1 << key code` differs from their bitwise or holds a code twice. Keys in args count as the event's: the
+    events flagged (a metadata event's `args.name` flags it) are looked at key by key, together. Where the
+    `{` found are not one per event (lists of objects in args, other whitespace), the piece is looked at
+    whole if it holds more of one key than events: a key twice in a piece where some events lack it then
+    passes unseen. What it costs next to the decode: bench/duplicate_keys.py."""
     end = len(text) if end is None else end
-    if all(text.count(key, start, end) <= events for key in EVENT_KEYS):
+    a = np.frombuffer(text, dtype=np.uint8, count=end - start, offset=start)
+    if len(a) < 16:
+        return _duplicate_keys(a.tobytes())
+    at = np.flatnonzero((a | MARK_BITS) == MARKED)  # each `:` and `{` (and `;`, `z`, which match no key)
+    tails = np.ndarray(shape=(len(a) - 7,), dtype="<u8", buffer=a, strides=(1,))
+    tail = tails[at - 7]  # the 8 bytes up to each mark
+    early = int(np.searchsorted(at, 7))  # marks in the first 7 bytes (read from the end above): theirs, after zeros
+    if early:
+        head = np.zeros(15, dtype=np.uint8)
+        head[7:] = a[:8]
+        tail[:early] = np.ndarray(shape=(8,), dtype="<u8", buffer=head, strides=(1,))[at[:early]]
+    opening = np.flatnonzero(tail.view(np.uint8)[7::8] == OPEN)
+    heads = tail[opening]
+    firsts = opening[np.logical_or.reduce([heads & np.uint64(m) == np.uint64(b) for b, m in _EVENT_OPENERS])]
+    code = np.take(_CODE_AT, np.ndarray(shape=(len(tail),), dtype="<u2", buffer=tail, offset=3, strides=(8,)))
+    code[tail & np.take(_MASKS, code) != np.take(_SIGNS, code)] = 0
+    if len(firsts) != events:
+        counts = np.bincount(code, minlength=len(_SIGNS))[1:]
+        return _duplicate_keys(a.tobytes()) if (counts > events).any() else []
+    if not events:
         return []
-    return _duplicate_keys(text[start:end])
+    bits = np.left_shift(np.int64(1), code) & ~np.int64(1)
+    twice = np.flatnonzero(np.add.reduceat(bits, firsts) != np.bitwise_or.reduceat(bits, firsts))
+    if not len(twice):
+        return []
+    bounds = at[firsts].tolist() + [len(a)]
+    return _duplicate_keys(b"[" + b",".join(a[bounds[i]:bounds[i + 1]].tobytes().rstrip(b" \t\r\n,]")
+                                            for i in twice.tolist()) + b"]")
 
 
 def _objects(values) -> np.ndarray:
@@ -446,7 +497,7 @@ def _read_whole(path: str) -> tuple[dict, Columns]:
     events = _events(top["traceEvents"])
     if len(events) > MAX_EVENTS:
         raise _too_many(len(events))
-    b.add(events, keys_twice=_event_keys_twice(text, len(events)))
+    b.add(events, keys_twice=_event_keys_twice(top["traceEvents"], len(events)))
     del events
     meta = _meta(top)
     del top, text

@@ -20,6 +20,7 @@ import synthetic
 from helpers import quiet
 from dstrace.analysis import hta_breakdown, kept, loading, tracefile
 from dstrace.analysis.loading import load_run
+from dstrace.runfolder.folder import RunFolder
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
 
@@ -204,7 +205,8 @@ def test_second_load_reads_the_kept_reductions_and_gives_the_same_analysis(tmp_p
     messages = []
     first = load_run(str(tmp_path), progress=messages.append, events=True)
     assert len(caches(tmp_path)) == 2
-    assert loading.find_trace_files(str(tmp_path)) == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
+    listed = [f.path for f in RunFolder.scan(str(tmp_path)).trace_candidates]
+    assert listed == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
     again = []
     second = load_run(str(tmp_path), progress=again.append, events=True)
     assert not any("from its kept reduction" in m for m in messages) and all("from its kept reduction" in m for m in again)

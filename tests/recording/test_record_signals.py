@@ -148,9 +148,17 @@ def _running(pid: int) -> bool:
 
 
 def test_a_fork_pool_used_in_the_window_and_terminated_writes_one_trace(tmp_path):
+    """On ff03bd2 each worker of the pool wrote a rank-0 trace of its own (three in all): a worker inherits the
+    open window, and its optimizer steps closed it. Workers that only compute wrote none even there (the
+    SIGTERM of terminate() killed them unhandled), so the workers step an optimizer, as a job's would."""
     job = _job(tmp_path, textwrap.dedent("""
         import multiprocessing, time, torch
         def work(x):
+            m = torch.nn.Linear(8, 8)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            for _ in range(6):
+                m(torch.randn(4, 8)).sum().backward()
+                opt.step()
             return float(torch.ones(3).sum()) * x
         """) + TRAINING.replace("    opt.step()\n", """    opt.step()
     if i == 3:
@@ -337,3 +345,47 @@ def test_sigint_to_the_whole_group_reaches_the_job_once(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert out.split() == ["interrupts", "1"] and proc.returncode == 130, (out, err[-3000:])
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()), "--monitor-interval", "0.05",
+            *args]
+
+
+def _ctrl_c_pressed(proc: subprocess.Popen, times: int, gap_s: float) -> None:
+    """A terminal's Ctrl-C pressed `times` times, `gap_s` apart: SIGINT to the whole foreground group."""
+    for _ in range(times):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(gap_s)
+
+
+def test_ctrl_c_pressed_four_times_while_ranks_write_keeps_every_trace_or_says_why(tmp_path):
+    """Four Ctrl-Cs within 100 ms while one rank writes and the other stops its profiler (torchrun, 2 ranks,
+    in sessions of their own: torchrun sends them SIGINT, then SIGTERM when a second SIGINT cuts its wait
+    short). A signal handled inside the profiler's stop left Kineto half stopped, and the rank died writing at
+    exit (0 bytes); one during the first manifest write left "being written" beside a whole trace. Each rank's
+    trace is whole with nothing said lost, or absent and `lost` says why; the exit code is torchrun's own."""
+    run_dir = str(tmp_path / "run")
+    job = (LONG_EXPORT, "--ops", "3000", "--after", "60")
+    proc = _start(run_dir, *_torchrun(*job), start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (
+            os.path.isdir(run_dir) and any(n.endswith(".json.tmp") for n in os.listdir(run_dir))):
+        time.sleep(0.002)
+    _ctrl_c_pressed(proc, 4, 0.025)
+    out, err = proc.communicate(timeout=300)
+    alone = subprocess.Popen(_torchrun(*job), env=cpu_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(8)  # in the ranks' loop
+    _ctrl_c_pressed(alone, 4, 0.025)
+    assert proc.returncode == alone.wait(timeout=300) == read_json(os.path.join(run_dir, "run.json"))["exit_code"]
+    ms = manifests(run_dir)
+    assert sorted(ms) == [0, 1], err[-3000:]
+    for rank, m in ms.items():
+        assert m["status"] in ("interrupted", "terminated"), (rank, m["status"], err[-3000:])
+        if m["window"]["trace_file"]:
+            assert m["lost"] == [], (rank, m["lost"])
+            assert os.path.basename(_whole_trace(run_dir, rank)) == m["window"]["trace_file"]
+        else:
+            assert m["lost"] and all(reason.startswith("trace: ") for reason in m["lost"]), (rank, m)
+    assert not [n for n in os.listdir(run_dir) if n.endswith(".json.tmp")]
