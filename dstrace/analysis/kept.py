@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from dstrace.analysis import collectives, identity, reduction
 from dstrace.analysis.reduction import RankReduction
+from dstrace.analysis.results import HtaBreakdown
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
 from dstrace.runfolder.names import REDUCTION_SUFFIX, reduction_name
@@ -154,7 +155,7 @@ def _table(kept: KeptReduction) -> pa.Table:
             arrays.append(column)
         before += rows[name]
     head = {"format": FORMAT, "trace_file": kept.trace_file, "key": kept.key, "meta": kept.meta, "rows": rows,
-            "reduced": {k: v for k, v in vars(r).items() if k not in FRAMES}}
+            "reduced": {k: v for k, v in r.plain().items() if k not in FRAMES}}
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={META_KEY: json.dumps(head)}))
 
 
@@ -411,7 +412,7 @@ def _problem(kept: KeptReduction) -> str | None:
                                                 and all(_number(v) for v in u["window_us"])))
             and isinstance(u.get("comm_libraries_us", {}), dict)
             and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
-            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))
+            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, HtaBreakdown))
             and isinstance(reduced.step_work, list) and isinstance(reduced.accelerator_events, dict)
             and isinstance(reduced.gpu_host_events, dict)
             and all(isinstance(k, str) and _number(v) for k, v in reduced.gpu_host_events.items())

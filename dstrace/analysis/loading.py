@@ -8,7 +8,7 @@ dstrace manifests when present, and warnings for what it skipped. Input that can
 raises `UserError` with one line saying what is wrong.
 
 Traces without a kept reduction that answers for them are parsed in worker processes, as many at once
-as there are CPUs and memory for (`parse_workers`); each worker parses its trace once, reduces it (HTA's
+as there are CPUs and memory for (`parallel.worker_count`); each worker parses its trace once, reduces it (HTA's
 breakdowns included) with only that rank in memory, and keeps the reduction, which the main process then
 reads: the first and every later analysis see the same reductions, and the main process never holds a
 rank's events unless the caller asks for them. A kept reduction whose trace is not in the folder is the
@@ -17,13 +17,11 @@ rank (`kept`).
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import re
 import shutil
 import tempfile
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from dstrace.errors import UserError
-from dstrace.analysis import hta_breakdown, kept, reduction, tracefile
-from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.analysis import hta_breakdown, kept, parallel, reduction, tracefile
+from dstrace.analysis.loaded import LoadedRun, RankTrace
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
@@ -48,24 +46,6 @@ ARG_COLUMNS = tracefile.ARG_COLUMNS
 EVENT_COLUMNS = ["name", "cat", "pid", "tid", "ts", "dur", "end", "is_gpu"] + [c for c, _ in ARG_COLUMNS]
 
 Progress = Callable[[str], None]
-
-WORKER_PEAK_PER_TRACE_BYTE = 1.6
-"""What parsing a trace adds to memory at its peak, over the trace's JSON size (bench/: about 470 MB for
-a 300 MB trace, 1.55x; a forked worker shares its libraries with the analyze process)."""
-BUDGET_PER_TRACE_BYTE = 2.0
-"""The analysis holds its peak memory to this many times the largest trace's JSON size..."""
-BUDGET_FLOOR_BYTES = 512 << 20
-"""...or to 512 MiB when that is more: the interpreter with pandas and HTA alone takes about 170 MB, so
-2x a small trace would forbid parsing two at once where the memory matters to no one."""
-PARALLEL_MIN_BYTES = 32 << 20
-"""Below this much JSON to parse, starting worker processes costs more than it saves."""
-SPLIT_MIN_BYTES = 64 << 20
-"""A trace parsed alone shares its work with a helper process from this size of JSON on (`shares_work`)."""
-
-
-def stderr_progress(message: str) -> None:
-    say(message)
-
 
 def run_folder(trace_dir: str) -> RunFolder:
     """The run folder (or the one trace) at `trace_dir`, listed once; UserError when it is not a folder or
@@ -107,40 +87,39 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
 
 
 def decode_rank(path: str, world_hint: int, reduce: bool = True,
-                helping: list[tracefile.Helper] = ()) -> tuple[dict, pd.DataFrame, RankReduction | None]:
-    """One trace decoded by this process and the `helping` helpers (its metadata and events frame) and, with
-    `reduce`, reduced (HTA's breakdowns included: part of them by a helper while this process reduces).
+                helper: parallel.Helper | None = None) -> tuple[dict, pd.DataFrame, RankReduction | None]:
+    """One trace decoded by this process and the `helper` if any (its metadata and events frame) and, with
+    `reduce`, reduced (HTA's breakdowns included: part of them by the helper while this process reduces).
     Raises ValueError with what is wrong with the file."""
-    meta, columns = tracefile.read_trace(path, helping=list(helping))
+    meta, columns = tracefile.read_trace(path, helping=[helper] if helper is not None else [])
     hta = None
-    try:
-        if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
-            # before the events frame exists: the two never peak together in this process
-            hta = hta_breakdown.rank_breakdowns(path, meta, columns, helping[0] if helping else None)
-            tracefile.release_freed_memory()
-        events = events_frame(columns)
-        del columns
-        if not reduce:
-            return meta, events, None
-        ours = dstrace_metadata(meta)
-        rank, _ = rank_of(path, meta, ours)
-        world = max(world_hint, world_of(meta, ours) or 0, (rank or 0) + 1)
-        return meta, events, reduction.reduce_rank(events, world, hta)
-    finally:
-        if hta is not None:
-            hta()  # the helper's answers are read, whatever happened: it serves the next trace
+    if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
+        # before the events frame exists: the two never peak together in this process
+        hta = hta_breakdown.rank_breakdowns(path, meta, columns, helper)
+        parallel.release_freed_memory()
+    events = events_frame(columns)
+    del columns
+    if not reduce:
+        return meta, events, None
+    ours = dstrace_metadata(meta)
+    rank, _ = rank_of(path, meta, ours)
+    world = max(world_hint, world_of(meta, ours) or 0, (rank or 0) + 1)
+    reduced = reduction.reduce_rank(events, world)  # while the helper computes its share of HTA's breakdowns
+    if hta is not None and reduced.has_gpu:
+        reduced.hta = hta.result()
+    return meta, events, reduced
 
 
 def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,
-               helping: list[tracefile.Helper] = (), content: dict | None = None
+               helper: parallel.Helper | None = None, content: dict | None = None
                ) -> tuple[str | None, str | None, pd.DataFrame | None]:
-    """Decode one trace (with the `helping` helpers), reduce it and keep the reduction in the first of
+    """Decode one trace (with the `helper` if any), reduce it and keep the reduction in the first of
     `targets` that accepts it, keyed on `content` (the trace's hash taken before the decode, else taken
     here). Returns (what is wrong with the file, None, None) or (None, the file written, the events when asked
     for). In a worker process, only this short answer goes back."""
     try:
         made_under = kept.key(path, world_hint, content)  # before the decode: a trace changed meanwhile is not answered for
-        meta, frame, reduced = decode_rank(path, world_hint, helping=helping)
+        meta, frame, reduced = decode_rank(path, world_hint, helper=helper)
     except ValueError as exc:
         return str(exc), None, None
     except OSError as exc:
@@ -155,7 +134,7 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
         except OSError:
             continue
     del meta, reduced
-    tracefile.release_freed_memory()  # the trace's working set, before the next trace is parsed
+    parallel.release_freed_memory()  # the trace's working set, before the next trace is parsed
     if written is None:
         return "could not write its reduction anywhere (folder and temporary folder refused)", None, None
     return None, written, frame
@@ -173,41 +152,6 @@ def uncompressed_size(path: str) -> int:
     except (OSError, untrusted.Refused):
         return 0
     return size
-
-
-def parse_workers(paths: list[str]) -> int:
-    """How many traces to parse at once, for these traces on this machine now (`workers_for`)."""
-    import psutil
-
-    return workers_for([uncompressed_size(p) for p in paths], _cpus(), psutil.Process().memory_info().rss,
-                       psutil.virtual_memory().available)
-
-
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def shares_work(path: str) -> bool:
-    """Whether a trace parsed by this process alone shares its decode and HTA's breakdowns with a helper
-    process: where there are two CPUs and the trace is large enough to repay it (SPLIT_MIN_BYTES)."""
-    return _cpus() >= 2 and uncompressed_size(path) >= SPLIT_MIN_BYTES
-
-
-def workers_for(sizes: list[int], cpus: int, in_use: int, available: int) -> int:
-    """One per CPU, as many as fit in the memory budget (2x the largest trace's JSON, or 512 MiB when that is
-    more, less what the analyze process holds already) and in the memory available, and one when there is
-    little to parse. `--parse-workers N` overrides it."""
-    if len(sizes) < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
-        return 1
-    budget = max(BUDGET_PER_TRACE_BYTE * max(sizes), BUDGET_FLOOR_BYTES) - in_use
-    by_memory = int(min(budget, available) // (WORKER_PEAK_PER_TRACE_BYTE * max(sizes)))
-    return max(1, min(cpus, len(sizes), by_memory))
-
-
-def _pool_context():
-    """fork where there is one: workers start at once, with pandas already imported, and never re-run the
-    caller's main module (spawn would); they run only dstrace's and HTA's code. Else the default."""
-    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
 @dataclass
@@ -245,19 +189,20 @@ def parse_traces(traces: list[FolderFile], progress: Progress, workers: int | No
             continue
         progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its kept reduction)")
         out[path] = Parsed(hit.meta, hit.reduced)
-    workers = 1 if events or not todo else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
+    workers = (1 if events or not todo else parallel.worker_count([uncompressed_size(p) for p in todo])
+               if workers is None else max(1, min(workers, len(todo))))
     alone = (todo if workers == 1 else []) + ([p for p in files if p not in todo] if events else [])
-    sharing = {p for p in alone if shares_work(p)}
-    with tracefile.helpers(1 if sharing else 0) as helping:  # forked while this process is small
-        def helping_for(path: str) -> list[tracefile.Helper]:
-            return helping if path in sharing else []
+    sharing = {p for p in alone if parallel.shares_work(uncompressed_size(p))}
+    with parallel.helpers(1 if sharing else 0) as helping:  # forked while this process is small
+        def helper_for(path: str) -> parallel.Helper | None:
+            return helping[0] if helping and path in sharing else None
 
         if todo:
-            _parse(files, [by_path[p] for p in todo], out, progress, workers, world_hint, events, helping_for)
+            _parse(files, [by_path[p] for p in todo], out, progress, workers, world_hint, events, helper_for)
         for path, parsed in out.items():
             if events and isinstance(parsed, Parsed) and parsed.events is None:
                 try:
-                    parsed.events = decode_rank(path, world_hint, reduce=False, helping=helping_for(path))[1]
+                    parsed.events = decode_rank(path, world_hint, reduce=False, helper=helper_for(path))[1]
                 except ValueError as exc:
                     out[path] = str(exc)
     return {p: out[p] for p in files}
@@ -295,8 +240,8 @@ def _alive(pid: int) -> bool:
 
 
 def _parse(files: list[str], traces: list[FolderFile], out: dict, progress: Progress, workers: int, world_hint: int,
-           events: bool, helping_for: Callable[[str], list[tracefile.Helper]]) -> None:
-    """Parse the `traces` into `out`: one at a time (each with its `helping_for` helpers), or this process the
+           events: bool, helper_for: Callable[[str], parallel.Helper | None]) -> None:
+    """Parse the `traces` into `out`: one at a time (each with its `helper_for` helper), or this process the
     smallest and `workers - 1` forked workers the others. A trace that changed since it was hashed (its kept
     reduction is keyed on that hash) is refused."""
     scratch = _scratch_folder()
@@ -308,17 +253,14 @@ def _parse(files: list[str], traces: list[FolderFile], out: dict, progress: Prog
             progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
         hints = [world_hint] * len(todo)
         if workers == 1:
-            results = [parse_rank(p, t, w, events, helping_for(p), c) for p, t, w, c in zip(todo, targets, hints, contents)]
+            results = [parse_rank(p, t, w, events, helper_for(p), c) for p, t, w, c in zip(todo, targets, hints, contents)]
         else:  # this process parses the smallest trace itself (it analyzes the run after), the workers the rest
             own = min(range(len(todo)), key=lambda i: uncompressed_size(todo[i]))
             others = [i for i in range(len(todo)) if i != own]
-            with ProcessPoolExecutor(workers - 1, mp_context=_pool_context(), initializer=tracefile.die_with_parent,
-                                     initargs=(os.getpid(),)) as pool:
-                rest = pool.map(parse_rank, [todo[i] for i in others], [targets[i] for i in others],
-                                [hints[i] for i in others], [False] * len(others), [()] * len(others),
-                                [contents[i] for i in others])
+            with parallel.workers(workers - 1) as pool:
+                rest = [pool.submit(parse_rank, todo[i], targets[i], hints[i], False, None, contents[i]) for i in others]
                 mine = parse_rank(todo[own], targets[own], hints[own], content=contents[own])
-                results = list(rest)
+                results = [r.result() for r in rest]
             results.insert(own, mine)
         unchanged = [problem is None and not f.changed_since_hashed() for f, (problem, _, _) in zip(traces, results)]
         for ok, (problem, written, _) in zip(unchanged, results):
@@ -417,7 +359,7 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
                      manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
 
 
-def load_run(run_dir: str | RunFolder, progress: Progress = stderr_progress, workers: int | None = None,
+def load_run(run_dir: str | RunFolder, progress: Progress = say, workers: int | None = None,
              events: bool = False) -> LoadedRun:
     """Read and validate a run folder (its path, or its listing when the caller has one). Raises UserError when
     nothing in it can be analyzed. `workers`: how many traces to parse at once (None: as many as CPUs and

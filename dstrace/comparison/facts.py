@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from dstrace.analysis.model import Analysis
+from dstrace.analysis.results import Analysis, span_parts
 from dstrace.comparison.model import RunFacts, RunRef
-from dstrace.analysis.render.common import span_parts
 from dstrace.analysis.steps import step_time
 from dstrace.comparison.stats import decode_gathered_bytes, median
 from dstrace.runfolder.records import Inventory, Manifest, RunRecord, error_line

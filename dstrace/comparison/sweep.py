@@ -24,6 +24,7 @@ import msgspec
 from dstrace import process_group
 from dstrace.errors import UserError
 from dstrace.runfolder.folder import ended_run
+from dstrace.say import say
 
 SWEEP_SCHEMA = "dstrace.sweep/1"
 SWEEP_FILE = "sweep.json"
@@ -147,7 +148,6 @@ def record_sweep(spec, configurations: list, repeats: int, out: str, baseline: s
                  timeout: float | None) -> tuple[list[RunOutcome], int]:
     """Each configuration `repeats` times into `out`, alternating, `sweep.json` rewritten after every run:
     (the outcomes, the runs planned). SIGTERM or Ctrl-C stop it after the current run."""
-    from dstrace.comparison.compare import stderr_progress
 
     os.makedirs(out, exist_ok=True)
     plan = [(k, c) for k in range(1, repeats + 1) for c in configurations]
@@ -162,16 +162,16 @@ def record_sweep(spec, configurations: list, repeats: int, out: str, baseline: s
             if done is not None:
                 outcomes.append(RunOutcome(config.name, k, run_dir, done.get("status", "?"), done.get("exit_code"),
                                            0.0, True))
-                stderr_progress(f"{step}: {done.get('status')} (kept from an earlier sweep)")
+                say(f"{step}: {done.get('status')} (kept from an earlier sweep)")
                 continue
-            stderr_progress(f"{step}: recording")
+            say(f"{step}: recording")
             o = record_run(config, k, out, timeout)
             outcomes.append(o)
             write_sweep_file(out, spec, repeats, baseline, outcomes)
-            stderr_progress(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
+            say(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
                             + ("" if o.status == "complete" else f"; log: {o.path}.log"))
     except (KeyboardInterrupt, SweepStopped):
-        stderr_progress(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
+        say(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
     finally:
         signal.signal(signal.SIGTERM, previous)
     write_sweep_file(out, spec, repeats, baseline, outcomes)

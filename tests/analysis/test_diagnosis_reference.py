@@ -15,7 +15,8 @@ from helpers import analyze_dir
 from dstrace.analysis.findings import communication, host, parallelism
 from dstrace.analysis.findings.host import host_wait_share
 from dstrace.analysis.render import render
-from dstrace.analysis.render.common import SPAN_PARTS, rank_rows, shares, span_parts
+from dstrace.analysis.render.common import rank_rows
+from dstrace.analysis.results import SPAN_PARTS, shares, span_parts
 from dstrace.analysis.shift import SHIFT_RATIO, UNREPRESENTATIVE_RATIO
 from dstrace.analysis.steps import decode_step_ms
 from dstrace.explain import doc_link

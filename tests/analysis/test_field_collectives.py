@@ -188,15 +188,15 @@ def test_hta_breakdown_says_which_of_its_compute_is_deepep_communication(tmp_pat
 
     deepep_twin(tmp_path, gemm=False)
     a = analyze_dir(tmp_path)
-    t = a.ranks[0].hta["temporal"]
-    assert t["compute_us"] == pytest.approx(3 * (20 + 750)) and t["non_compute_us"] == 0.0  # HTA's own figures
-    assert t["span_us"] == pytest.approx(2800.0)
-    assert t["communication_in_compute_us"] == {"DeepEP": pytest.approx(3 * 750.0)}
-    labelled = {k["name"]: k.get("communication_library") for k in a.ranks[0].hta["top_kernels"]}
+    t = a.ranks[0].hta.temporal
+    assert t.compute_us == pytest.approx(3 * (20 + 750)) and t.non_compute_us == 0.0  # HTA's own figures
+    assert t.span_us == pytest.approx(2800.0)
+    assert t.communication_in_compute_us == {"DeepEP": pytest.approx(3 * 750.0)}
+    labelled = {k.name: k.communication_library for k in a.ranks[0].hta.top_kernels}
     assert labelled[DEEPEP["combine"]] == "DeepEP" and labelled[DEEPEP["layout"]] is None
     text = " ".join(render(a, "text", Screen(verbose=True)).split())  # --verbose shows HTA's; lines wrap
-    compute = f"rank 0: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
-    assert (f"{compute} (it includes 2.25 ms of DeepEP communication kernels ({2250 / t['span_us']:.1%} of the "
+    compute = f"rank 0: HTA's own idle {t.idle_pct:.1f}%, compute {t.compute_pct:.1f}%"
+    assert (f"{compute} (it includes 2.25 ms of DeepEP communication kernels ({2250 / t.span_us:.1%} of the "
             "span), which HTA types as computation)") in text, text
     doc = json.loads(render(a, "json"))
     assert doc["ranks"]["0"]["hta"]["temporal"]["communication_in_compute_us"]["DeepEP"] == pytest.approx(2250.0)

@@ -14,8 +14,8 @@ def test_host_bound_names_where_the_host_is(zero3_dir):
     a = analyze_dir(zero3_dir)
     r1 = a.ranks[1]
     assert r1.idle_us / r1.span_us >= HOST_BOUND_IDLE_FRACTION
-    assert r1.hta["temporal"]["idle_us"] == pytest.approx(r1.idle_us, rel=0.01)
-    assert "host_wait" in r1.hta["idle_causes_us"]
+    assert r1.hta.temporal.idle_us == pytest.approx(r1.idle_us, rel=0.01)
+    assert "host_wait" in r1.hta.idle_causes_us
     ranges = r1.host_time["in_dstrace_ranges"]
     assert next(iter(ranges)) == "zero3.fetch LlamaDecoderLayer"
     # each fetch range starts 20 us before its AllGather; the GPU is idle then, except before the first kernel

@@ -7,7 +7,7 @@ import os
 
 from helpers import analyze_dir
 
-from dstrace.analysis.render.common import span_parts
+from dstrace.analysis.results import span_parts
 from dstrace.comparison.compare import compare_runs
 from dstrace.comparison.facts import WITHOUT_MANIFESTS
 from dstrace.comparison.render import render

@@ -8,7 +8,7 @@ import synthetic
 from helpers import quiet
 from dstrace.analysis.kept import write_run_reductions
 from dstrace.analysis.loading import load_run
-from dstrace.analysis.model import Finding
+from dstrace.analysis.results import Finding
 from dstrace.analysis.pipeline import _trace_pointers, analyze
 from dstrace.analysis.render import render
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dstrace.analysis.findings import communication, host, parallelism, steps
 from dstrace.analysis.findings.host import blocking_call_notes
 from dstrace.analysis.findings.inputs import FindingInputs, Mechanisms
-from dstrace.analysis.model import Finding
+from dstrace.analysis.results import Finding
 
 FINDINGS = (
     communication.ddp_allreduce_exposed,

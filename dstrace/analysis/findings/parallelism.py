@@ -8,7 +8,8 @@ import statistics
 from dataclasses import dataclass
 
 from dstrace.analysis.findings.inputs import FindingInputs, as_int, finding
-from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import Finding, RankReport, StepSummary
 from dstrace.runfolder.records import error_line
 from dstrace.units import ms, percent, ratio, size, step_ms
 
@@ -148,7 +149,7 @@ def _fsdp_run(run: LoadedRun) -> bool:
     return any(i.fsdp_sharded for i in invs) and not any(i.zero3_partitioned for i in invs)
 
 
-def _gather_per_step(ranks: dict[int, RankSummary], steps: StepSummary) -> dict[str, float] | None:
+def _gather_per_step(ranks: dict[int, RankReport], steps: StepSummary) -> dict[str, float] | None:
     """Median over ranks of the traced AllGather transfer and peer wait per traced step."""
     transfer, wait = [], []
     for r, s in ranks.items():
