@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dstrace.analysis import collectives, identity, reduction
+from dstrace.analysis import identity, rank_collectives, reduction
 from dstrace.analysis.reduction import RankReduction
 from dstrace.analysis.results import HtaBreakdown
 from dstrace.runfolder import untrusted
@@ -50,7 +50,7 @@ MAX_KEPT_BYTES = 256 << 20
 size); a larger file is not one dstrace wrote, and is refused before it is read."""
 META_KEY = b"dstrace"
 FRAMES = ("collectives", "steps", "gathers")
-COLUMNS = {"collectives": collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS,
+COLUMNS = {"collectives": rank_collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS,
            "gathers": reduction.GATHER_COLUMNS}
 NUMERIC = {"collectives": ("ts", "dur", "end", "host_ts", "in_bytes", "out_bytes"),
            "steps": ("step", "ts", "end", "ms"), "gathers": ("ts", "bytes")}
