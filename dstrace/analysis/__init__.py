@@ -20,7 +20,8 @@ def load_and_analyze(run_dir, clock_policy: str = "auto", workers: int | None = 
 
     progress = progress or say
     run = load_run(run_dir, progress=progress, workers=workers)
-    progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
+    progress(f"analyzing {len(run.traces)} rank{'' if len(run.traces) == 1 else 's'}: breakdowns, collectives, "
+             "cross-rank alignment")
     return analyze(run, clock_policy=clock_policy)
 
 

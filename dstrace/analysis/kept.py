@@ -4,8 +4,9 @@
 rank's `reduction.RankReduction` (what the analysis reads of a rank, HTA's breakdowns included), the
 trace's metadata (everything but its events), its file name, and the key it was made under (the hash of
 the whole trace, the world size the folder's manifests gave, dstrace's code and the HTA and pandas
-versions). `dstrace record` writes one per rank once the job has ended (`write_run_reductions`), `dstrace
-analyze` one for each trace it decodes; both with the one decoder and reduction (`loading.decode_rank`).
+versions). `dstrace record` writes one per rank once the job has ended and `dstrace reduce` one per trace
+it is given (both `write_run_reductions`), `dstrace analyze` one for each trace it decodes without one; all
+with the one decoder and reduction (`loading.decode_rank`).
 
 The file is an Arrow IPC file of one table: a `frame` column and the reduction's three frames side by side
 (`collectives.*`, `steps.*`, `gathers.*`: each row belongs to one of them, its other columns are null),
@@ -422,13 +423,14 @@ def _problem(kept: KeptReduction) -> str | None:
     return None
 
 
-# ---- the run's reductions, as `dstrace record` (and `dstrace reduce`) write them
+# ---- the run's reductions, as `dstrace record` and `dstrace reduce` write them
 
 def write_run_reductions(run_dir: str, traces: dict[int, str], world_size: int,
                          progress=lambda message: None) -> list[str]:
     """Reduce each rank's trace (rank -> file name in `run_dir`) and keep its reduction beside it: what `dstrace
-    record` does once the command has ended. These are the reductions `dstrace analyze` makes and reads, so
-    the first analysis decodes no trace. Returns one line per rank left without one in `run_dir`."""
+    record` does once the command has ended and `dstrace reduce` for the traces it is given. These are the
+    reductions `dstrace analyze` makes and reads, so the first analysis decodes no trace. Returns one line
+    per rank left without one in `run_dir`."""
     from dstrace.analysis.loading import Parsed, parse_traces
     from dstrace.runfolder.folder import TRACE, FolderFile
 

@@ -384,7 +384,8 @@ def load_run(run_dir: str | RunFolder, progress: Progress = say, workers: int | 
     parsed: list[tuple[str, dict, dict | None, Parsed]] = []
     results = parse_traces(files, progress, workers, world_hint, events) if files else {}
     if alone:
-        progress(f"reading {len(alone)} kept reduction(s) whose traces are not in the folder")
+        progress(f"reading {len(alone)} kept reduction{'s' if len(alone) > 1 else ''} whose "
+                 f"{'traces are' if len(alone) > 1 else 'trace is'} not in the folder")
     untraced = set()
     for path, got in zip(alone, kept.load_many(alone, progress)):
         if isinstance(got, str):
@@ -461,7 +462,8 @@ def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int,
     loaded = LoadedRun(trace_dir=trace_dir, traces=ranks, world_size=world_size, run_id=run_id,
                        manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
     if loaded.missing_ranks:
-        warnings.append(f"no trace for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
+        neither = "trace" if source == "traces" else "trace or kept reduction"
+        warnings.append(f"no {neither} for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
                         f"({len(loaded.missing_ranks)} missing): collectives of a group with a member missing get no "
                         "wait/transfer split")
     return loaded

@@ -20,8 +20,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     device = run.device
     untraced = [r for r, t in sorted(run.traces.items()) if t.trace_absent]
     if untraced:
-        notes.append(f"{ranks_text(untraced)} read from their kept reductions (*{REDUCTION_SUFFIX}): their traces "
-                     f"are not in {run.trace_dir}")
+        notes.append(_untraced_note(untraced, run.trace_dir))
     if device == "none":
         notes.append("no traces were recorded: findings come from the dstrace manifests only")
     elif device == "host-only" and run.gpu_job_untraced:
@@ -73,7 +72,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
             unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, HtaBreakdown()),
             host_time=trace.reduced.host_time, comm_libraries_us=util.get("comm_libraries_us", {}),
-            sparse=sparse_span(util, device),
+            sparse=sparse_span(util, device), read_from="kept reduction" if trace.trace_absent else "trace",
         )
         if summaries[r].sparse:
             notes.append(f"rank {r}: {summaries[r].sparse}: too little to split into shares; its times are given "
@@ -141,8 +140,19 @@ def _trace_pointers(run: LoadedRun, found: list) -> list[str]:
         named = [f"rank {r}: {os.path.basename(run.traces[r].path)}" for r in absent[:TRACE_POINTERS_PER_FINDING]]
         if named:
             more = f" and {len(absent) - len(named)} more" if len(absent) > len(named) else ""
-            out.append(f"{f.id}: its ranks' traces, not in {run.trace_dir}: " + "; ".join(named) + more)
+            whose = "its rank's trace" if len(absent) == 1 else "its ranks' traces"
+            out.append(f"{f.id}: {whose}, not in {run.trace_dir}: " + "; ".join(named) + more)
     return out
+
+
+def _untraced_note(untraced: list[int], trace_dir: str) -> str:
+    """The ranks that are their kept reductions, their traces elsewhere; who wrote the reductions no file of
+    theirs says (a reduction names its trace and the code that made it, not the verb)."""
+    if len(untraced) == 1:
+        return (f"{ranks_text(untraced)} read from its kept reduction (*{REDUCTION_SUFFIX}): its trace is not in "
+                f"{trace_dir}")
+    return (f"{ranks_text(untraced)} read from their kept reductions (*{REDUCTION_SUFFIX}): their traces are not in "
+            f"{trace_dir}")
 
 
 def _unknown_world_warning(run: LoadedRun, coll: pd.DataFrame) -> str | None:

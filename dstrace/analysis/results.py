@@ -167,6 +167,7 @@ class RankReport:
     hta: HtaBreakdown = field(default_factory=HtaBreakdown)  # none of HTA's breakdowns: a rank without GPU work
     host_time: dict[str, Any] = field(default_factory=dict)
     sparse: str | None = None  # why the span is too bare to split into shares (`pipeline.sparse_span`), else None
+    read_from: str = "trace"  # or "kept reduction": the trace at `file` is not in the folder (`RankTrace.trace_absent`)
 
 
 @dataclass

@@ -13,9 +13,8 @@ process alone writes `run.json`; each process of several writes its node record,
 `nodes/<host>[-node<K>]-reduce<i>.json`, as each node of a multi-node `dstrace record` does, and `dstrace
 gather` joins them (docs/multi-node.md).
 
-Nothing is written outside RUN_DIR: the traces are read through links in that private folder, where the
-reduction's cache and temporary files go too, and the folder is removed at the end (the key that seals
-analyze's caches, `~/.cache/dstrace`, is made there once per user, as by `dstrace analyze`).
+Nothing is written outside RUN_DIR: the traces are read through links in that private folder, where their
+kept reductions are made and the temporary files go too, and the folder is removed at the end.
 """
 from __future__ import annotations
 

@@ -339,7 +339,7 @@ class ProfilerWindow:
         calls `around` the window added as ranges on the trace's clock.
 
         The gzip is written under a temporary name and renamed, so a crash never leaves a file that
-        looks like a whole trace. The rank's summary is made from it by `dstrace record`, once the
+        looks like a whole trace. The rank's kept reduction is made from it by `dstrace record`, once the
         command has ended, in dstrace's own environment.
         """
         if self._prof is None:

@@ -18,7 +18,7 @@ MANIFEST_SCHEMA = "dstrace.manifest/1"
 RUN_SCHEMA = "dstrace.run/1"
 MAX_RECORD_BYTES = 64 << 20  # a manifest with a 70B model's inventory is about 2 MB
 MAX_WORLD = 1 << 20
-"""Ranks a run folder may hold, in any file (manifest, run record, trace, summary): far above any job, far below
+"""Ranks a run folder may hold, in any file (manifest, run record, trace, kept reduction): far above any job, far below
 what exhausts memory (no `range(world)` of a hostile 10^9)."""
 
 

@@ -72,6 +72,8 @@ def test_the_reduction_alone_gives_the_traces_report(twins, tmp_path, source):
     of_traces = analysis(traces, env)
     shutil.rmtree(traces)  # the reduction is all analyze reads
     of_reduction = analysis(run_dir, env)
+    assert [r.pop("read_from") for r in of_traces["ranks"].values()] == ["trace"] * len(ranks)
+    assert [r.pop("read_from") for r in of_reduction["ranks"].values()] == ["kept reduction"] * len(ranks)
     assert {k: of_reduction[k] for k in SAME} == {k: of_traces[k] for k in SAME}
     assert of_reduction["ranks_found"] == ranks
     expected = {"hta_allreduce_2ranks": ["host-bound"], "hta_all_to_all_8ranks": ["peer-wait"], "sampled": []}

@@ -124,8 +124,10 @@ def test_kept_reductions_give_the_report_the_traces_give(two_nodes):
     a = json.loads(render(pipeline.analyze(traced), "json"))
     b = json.loads(render(pipeline.analyze(from_kept), "json").replace(str(alone), str(merged)))
     where = [n for n in b["notes"] if n.startswith("ranks 0, 1 read from their kept reductions") or
-             ": its ranks' traces, not in " in n]
+             ": its ranks' traces, not in " in n or ": its rank's trace, not in " in n]
     assert where and [n for n in b["notes"] if n not in where] == a["notes"]
+    assert [r.pop("read_from") for r in a["ranks"].values()] == ["trace", "trace"]
+    assert [r.pop("read_from") for r in b["ranks"].values()] == ["kept reduction", "kept reduction"]
     assert {k: v for k, v in a.items() if k != "notes"} == {k: v for k, v in b.items() if k != "notes"}
 
 

@@ -47,7 +47,7 @@ def as_int(value) -> int | None:
 
 
 def items(host_time: dict, key: str) -> dict[str, float]:
-    """One of `host.host_during_idle`'s name -> us maps, numbers only (a summary file is untrusted)."""
+    """One of `host.host_during_idle`'s name -> us maps, numbers only (a kept reduction is untrusted)."""
     found = host_time.get(key)
     return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
         if isinstance(found, dict) else {}

@@ -28,7 +28,8 @@ def to_dict(a: Analysis) -> dict:
     ranks = {}
     for r, s in sorted(a.ranks.items()):
         ranks[str(r)] = {
-            "file": s.file, "host": s.host, "span_us": s.span_us, "idle_us": s.idle_us, "busy_us": s.busy_us,
+            "file": s.file, "read_from": s.read_from, "host": s.host, "span_us": s.span_us, "idle_us": s.idle_us,
+            "busy_us": s.busy_us,
             "exposed_comm_us": s.exposed_comm_us, "comm_libraries_us": dict(sorted(s.comm_libraries_us.items())),
             "collectives": {k: dataclasses.asdict(c) for k, c in sorted(s.collectives.items())},
             "comm_us": s.comm_us, "wait_us": s.wait_us, "unsplit_us": s.unsplit_us,
