@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
+
 
 RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
 
