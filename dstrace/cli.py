@@ -1,6 +1,7 @@
 """The `dstrace` command: a thin layer that parses arguments and turns UserError into one line.
 
-Each verb is a module with `add_arguments(parser)` and `main(args) -> int`; the work is there.
+Each verb is a module of `dstrace.commands` with `add_arguments(parser)` and `main(args) -> int`; the work
+is in the floors below it.
 """
 from __future__ import annotations
 
@@ -10,31 +11,33 @@ import importlib
 import os
 import sys
 
-from .errors import UserError
+import dstrace
+from dstrace.errors import UserError
 from dstrace.say import say
 
 DESCRIPTION = "Record and explain where every rank's time goes in distributed PyTorch / DeepSpeed inference."
 # verb -> (module, help, usage)
 VERBS = {
-    "record": ("dstrace.recording.launcher", "run a launch command with every rank traced",
+    "record": ("dstrace.commands.record", "run a launch command with every rank traced",
                "dstrace record [-o traces/NAME] [options] [--] COMMAND..."),
-    "analyze": ("dstrace.analysis", "explain where each rank's time goes", None),
-    "compare": ("dstrace.comparison.compare", "compare recorded runs side by side", None),
-    "try": ("dstrace.trying", "run a command as it is and with DeepSpeed config overrides, then compare",
+    "analyze": ("dstrace.commands.analyze", "explain where each rank's time goes", None),
+    "compare": ("dstrace.commands.compare", "compare recorded runs side by side", None),
+    "try": ("dstrace.commands.try_", "run a command as it is and with DeepSpeed config overrides, then compare",
             "dstrace try [--set KEY=VALUE ...] [--suggested RUN] [--repeats K] [-o DIR] [--] COMMAND..."),
-    "sweep": ("dstrace.comparison.sweep", "record configurations repeatedly, then compare", None),
-    "view": ("dstrace.viewing", "open a run's timelines in TensorBoard or Perfetto", None),
-    "gather": ("dstrace.recording.gather", "merge the per-node folders of a multi-node run into one", None),
-    "explain": ("dstrace.explain", "print what a finding means and what to do, from the docs dstrace ships", None),
+    "sweep": ("dstrace.commands.sweep", "record configurations repeatedly, then compare", None),
+    "view": ("dstrace.commands.view", "open a run's timelines in TensorBoard or Perfetto", None),
+    "gather": ("dstrace.commands.gather", "merge the per-node folders of a multi-node run into one", None),
+    "reduce": ("dstrace.commands.reduce", "reduce traces dstrace did not record into a run folder analyze reads",
+               "dstrace reduce [-o RUN_DIR] [--split node|job] TRACES_DIR_OR_FILES..."),
+    "explain": ("dstrace.commands.explain", "print what a finding means and what to do, from the docs dstrace ships",
+                None),
 }
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """All verbs are listed; only the one being run is imported, so `record` starts without pandas."""
-    from . import __version__
-
     parser = argparse.ArgumentParser(prog="dstrace", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"dstrace {__version__}")
+    parser.add_argument("--version", action="version", version=f"dstrace {dstrace.__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for name, (module_name, help_text, usage) in VERBS.items():
         verb_parser = sub.add_parser(name, help=help_text, usage=usage)

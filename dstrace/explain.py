@@ -1,12 +1,12 @@
-"""`dstrace explain FINDING`: the finding's page of the docs shipped inside dstrace, printed where it runs,
-and the links the reports give for a finding's `docs` (`docs/PAGE.md#anchor`, a path in the repository).
+"""A finding's page of the docs shipped inside dstrace (`explanation`, what `dstrace explain FINDING` prints,
+from `dstrace.commands.explain`), and the links the reports give for a finding's `docs` (`docs/PAGE.md#anchor`,
+a path in the repository).
 
 A link is absolute: the project's documentation URL from the installed package's metadata when it has
 one, else the page's file inside this installation (a checkout run from PYTHONPATH has no metadata).
 """
 from __future__ import annotations
 
-import argparse
 import re
 from importlib import metadata, resources
 from pathlib import Path
@@ -84,19 +84,3 @@ def explanation(finding: str) -> str:
         out += [f"stated when: {cells[1]}", f"evidence: {cells[2]}", ""] if len(cells) >= 3 else []
     out.append(section(text, anchor) or text)
     return "\n".join(out).rstrip() + "\n"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("finding", nargs="?", help="a finding's id as the reports print it, e.g. tp-not-applied; "
-                                                  "none: list them")
-
-
-def main(args: argparse.Namespace) -> int:
-    from dstrace.analysis.findings import DOCS
-    from dstrace.report_output import write_report
-
-    if not args.finding:
-        write_report("".join(f"{name}: {doc_link(docs)}\n" for name, docs in sorted(DOCS.items())), None)
-        return 0
-    write_report(explanation(args.finding), None)
-    return 0

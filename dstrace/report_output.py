@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import sys
 
-from .runfolder.files import write_output
-from .say import terminal_safe
-from .errors import UserError
+from dstrace.runfolder.files import write_output
+from dstrace.say import terminal_safe
+from dstrace.errors import UserError
 
 FORMAT_BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown",
                        ".json": "json", ".txt": "text"}

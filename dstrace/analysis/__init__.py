@@ -1,74 +1,15 @@
-"""`dstrace analyze`: turn a folder of per-rank torch.profiler traces into a diagnosis.
+"""dstrace's analysis: a folder of per-rank torch.profiler traces turned into a diagnosis.
 
-Entry points for the CLI: `add_arguments(parser)` and `main(args) -> int`. The work is in
-`loading` (files -> LoadedRun), `pipeline.analyze` (LoadedRun -> Analysis) and `render`; a folder
-analyzed before with the same options and nothing changed gets its kept report (`report_cache`).
+This face holds the two ways in that the rest of dstrace uses: `load_and_analyze` (folder -> Analysis)
+and `report_of` (the rendered report, kept or new). The work is in `loading` (files -> LoadedRun),
+`pipeline.analyze` (LoadedRun -> Analysis), `render`, and `report_cache` (a folder analyzed before with
+the same options and nothing changed gets its kept report). The `dstrace analyze` verb is
+`dstrace.commands.analyze`. Nothing here imports pandas until an analysis runs.
 """
 from __future__ import annotations
 
-import argparse
-import os
 
-from dstrace.errors import UserError
-from dstrace.say import say, warn
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from dstrace.analysis.options import AUTO_MIN_RANKS, CLOCK_POLICIES, FORMATS, SOURCES
-
-    parser.add_argument("trace_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN, or one "
-                                          "trace file (a run of one rank)")
-    parser.add_argument("--format", choices=FORMATS, default=None,
-                        help="text (terminal), json (dstrace.analysis/1), markdown (GitHub issue), html (one "
-                             "self-contained file with plots); default: from the -o file's extension (.json, .md, "
-                             ".html), else text")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
-    parser.add_argument("--align-clocks", choices=CLOCK_POLICIES, default="auto",
-                        help="shift rank clocks to match collective ends: auto = ranks on another host than "
-                             "the lowest rank (default), always, never")
-    parser.add_argument("--parse-workers", type=int, metavar="N", default=None,
-                        help="parse N traces at once (default: one per CPU, as many as keep the peak memory within "
-                             "2x the largest trace's JSON, or 512 MiB when that is more); each adds about 1.6x a trace")
-    parser.add_argument("--source", choices=SOURCES, default="auto",
-                        help="read the rank summaries (*.summary.json.gz, written by dstrace record) or the "
-                             f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
-                             "ranks or the traces are large (default)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="text report: every section, span part and term, each finding whole (default: the "
-                             "verdict cut to fit a screen, the tables and the terms they use); markdown and html: "
-                             "every term")
-    parser.add_argument("--steps", metavar="A:B", default=None,
-                        help="compare the traced work of steps A to B (host ops, dstrace ranges and kernels by name, "
-                             "ms per step) with the steps of --against, instead of the report")
-    parser.add_argument("--against", metavar="C:D", default=None, help="the second step range of --steps")
-    parser.add_argument("--rank", type=int, default=None, metavar="N",
-                        help="with --steps: compare on rank N only (default: every rank, medians over them)")
-
-
-def main(args: argparse.Namespace) -> int:
-    from dstrace.analysis.options import FORMATS
-    from dstrace.report_output import chosen_format, write_report
-
-    fmt = chosen_format(args.format, args.output, FORMATS)
-    workers = getattr(args, "parse_workers", None)
-    if workers is not None and workers < 1:
-        raise UserError(f"--parse-workers takes a number of at least 1, not {workers}")
-    if getattr(args, "steps", None) is not None or getattr(args, "against", None) is not None:
-        write_report(step_comparison(args.trace_dir, args.steps, args.against, getattr(args, "rank", None), fmt,
-                                     workers), args.output)
-        return 0
-    from dstrace.analysis.render.terminal import screen_for
-
-    screen = screen_for(bool(args.output), getattr(args, "verbose", False))
-    report, warnings = report_of(args.trace_dir, fmt, clock_policy=getattr(args, "align_clocks", "auto"),
-                                 source=getattr(args, "source", "auto"), workers=workers, screen=screen)
-    for warning in warnings:
-        warn(warning)
-    write_report(report, args.output, escaped=fmt == "text")
-    return 0
-
-
-def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "auto", workers: int | None = None,
+def load_and_analyze(run_dir: str, source: str = "auto", clock_policy: str = "auto", workers: int | None = None,
                      progress=None):
     """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
     `progress(message)` hears what is being read (default: stderr)."""
@@ -77,55 +18,19 @@ def load_and_analyze(trace_dir: str, source: str = "auto", clock_policy: str = "
     from dstrace.analysis.pipeline import analyze
 
     progress = progress or stderr_progress
-    if not is_single_trace(trace_dir) and summaries.choose_source(trace_dir, source) == "summaries":
-        run = summaries.load_summaries(trace_dir)
+    if not is_single_trace(run_dir) and summaries.choose_source(run_dir, source) == "summaries":
+        run = summaries.load_summaries(run_dir)
         progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")
     else:
-        run = load_run(trace_dir, progress=progress, workers=workers)
+        run = load_run(run_dir, progress=progress, workers=workers)
         progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
     return analyze(run, clock_policy=clock_policy)
 
 
-def report_of(trace_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
+def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
               workers: int | None = None, screen=None) -> tuple[str, list[str]]:
-    """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
-    options or dstrace changed since, else a new analysis (then kept)."""
+    """The rendered report and its warnings, kept or analyzed now (`report_cache.report_of`)."""
     from dstrace.analysis import report_cache
 
-    options = {"format": fmt, "align_clocks": clock_policy, "source": source}
-    if fmt == "text" and screen is not None:
-        options |= screen.options()
-    elif fmt in ("markdown", "html") and screen is not None:
-        options["verbose"] = screen.verbose  # the whole legend or the terms used
-    single = os.path.isfile(trace_dir)  # one trace file: its reduction is kept beside it, no report is
-    key = None if single else report_cache.key(trace_dir, options)  # None for a folder that cannot be read
-    kept = report_cache.read(trace_dir, fmt, key) if key else None
-    if kept is not None:
-        say(f"nothing in the folder changed since the last analysis: its report, from "
-            f"{report_cache.path(trace_dir, fmt)}")
-        return kept
-    from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
-
-    analysis = load_and_analyze(trace_dir, source=source, clock_policy=clock_policy, workers=workers)
-    report, warnings = render(analysis, fmt, screen), list(analysis.warnings)
-    if key:
-        report_cache.write(trace_dir, fmt, key, report, warnings)
-    return report, warnings
-
-
-def step_comparison(trace_dir: str, steps: str | None, against: str | None, rank: int | None, fmt: str,
-                    workers: int | None = None) -> str:
-    """`--steps A:B --against C:D`: the two ranges' traced work side by side (`step_compare`), as text or JSON."""
-    import json
-
-    from dstrace.analysis.loading import load_run
-    from dstrace.analysis.step_compare import compare_steps, parse_range, render_text
-
-    if steps is None or against is None:
-        raise UserError("--steps and --against go together: e.g. --steps 2:3 --against 4:5")
-    if fmt not in ("text", "json"):
-        raise UserError(f"--steps writes text or json, not {fmt}")
-    a, b = parse_range(steps, "--steps"), parse_range(against, "--against")
-    run = load_run(trace_dir, workers=workers)
-    c = compare_steps(run, a, b, rank)
-    return json.dumps(c.to_json(), indent=2) + "\n" if fmt == "json" else render_text(c)
+    return report_cache.report_of(run_dir, fmt, clock_policy=clock_policy, source=source, workers=workers,
+                                  screen=screen)

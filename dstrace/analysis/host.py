@@ -147,12 +147,3 @@ def host_during_idle(ev: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) 
     if capture := graph_capture(ev, idle):
         out["graph_capture"] = capture
     return out
-
-
-def host_wait_share(host_time: dict) -> float | None:
-    """Share of the GPU's own idle time (`host_during_idle`) spent waiting for the host to launch the next
-    kernel; None when the rank has no idle time or its summary predates the measure."""
-    idle, wait = host_time.get("gpu_idle_us"), host_time.get("host_wait_us")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (idle, wait)) or not idle > 0:
-        return None
-    return min(max(wait / idle, 0.0), 1.0)

@@ -399,7 +399,8 @@ def _run_id_of(meta: dict | None) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
-def _host_of(path: str, data: dict) -> str | None:
+def host_of(path: str, data: dict) -> str | None:
+    """The host a trace was recorded on: its own `host_name`, else the host in its file name."""
     host = data.get("host_name")
     if isinstance(host, str) and host:
         return host
@@ -533,7 +534,7 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
         claims[rank].append(path)
         traces[rank] = RankTrace(
             rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=_world_of(data, meta),
-            host=_host_of(path, data), run_id=_run_id_of(meta),
+            host=host_of(path, data), run_id=_run_id_of(meta),
             distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
             dstrace=meta,
         )

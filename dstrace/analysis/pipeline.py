@@ -79,8 +79,9 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     if libraries:
         notes.append(libraries)
     step_summary = steps_mod.summarize_steps(run, step_df, step_source, coll)
-    notes.extend(findings.blocking_call_notes({r: s for r, s in summaries.items() if not s.sparse}, device))
-    found = findings.all_findings(run, summaries, step_summary)
+    inputs = findings.FindingInputs.of(run, summaries, step_summary)
+    notes.extend(findings.blocking_call_notes(inputs))
+    found = findings.all_findings(inputs)
     if run.source == "summaries":
         notes.extend(_trace_pointers(run, found))
     return Analysis(

@@ -22,6 +22,7 @@ from dstrace.analysis import identity
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.names import REPORT_CACHE_PREFIX, derived_from_the_run
 from dstrace.runfolder.records import write_json_atomic
+from dstrace.say import say
 
 PREFIX = REPORT_CACHE_PREFIX
 SUFFIX = ".cache"
@@ -29,27 +30,27 @@ MAX_REPORT_BYTES = 256 << 20
 """A kept report larger than this is not one dstrace wrote."""
 
 
-def key(trace_dir: str, options: dict) -> str | None:
-    """What the report of `trace_dir` under `options` depends on, hashed; None when the folder cannot be read
+def key(run_dir: str, options: dict) -> str | None:
+    """What the report of `run_dir` under `options` depends on, hashed; None when the folder cannot be read
     (or holds something that is not a file where a file is expected: the analysis then says what)."""
     try:
-        files = {e.name: identity.content(e.path) for e in os.scandir(trace_dir)
+        files = {e.name: identity.content(e.path) for e in os.scandir(run_dir)
                  if not derived_from_the_run(e.name) and e.is_file()}
     except (OSError, untrusted.Refused):
         return None
-    payload = {"dir": os.path.abspath(trace_dir), "files": files, "options": options,
+    payload = {"dir": os.path.abspath(run_dir), "files": files, "options": options,
                "versions": identity.versions()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def path(trace_dir: str, fmt: str) -> str:
-    return os.path.join(trace_dir, f"{PREFIX}{fmt}{SUFFIX}")
+def path(run_dir: str, fmt: str) -> str:
+    return os.path.join(run_dir, f"{PREFIX}{fmt}{SUFFIX}")
 
 
-def read(trace_dir: str, fmt: str, wanted: str) -> tuple[str, list[str]] | None:
+def read(run_dir: str, fmt: str, wanted: str) -> tuple[str, list[str]] | None:
     """(report, warnings) kept under key `wanted`, or None."""
     try:
-        kept = json.loads(untrusted.read_bytes(path(trace_dir, fmt), MAX_REPORT_BYTES))
+        kept = json.loads(untrusted.read_bytes(path(run_dir, fmt), MAX_REPORT_BYTES))
         report, warnings = kept["report"], kept["warnings"]
         if kept["key"] != wanted or not isinstance(report, str) or not isinstance(warnings, list):
             return None
@@ -64,10 +65,35 @@ def _body(wanted: str, report: str, warnings: list) -> bytes:
     return json.dumps([wanted, report, warnings]).encode()
 
 
-def write(trace_dir: str, fmt: str, wanted: str, report: str, warnings: list[str]) -> None:
+def write(run_dir: str, fmt: str, wanted: str, report: str, warnings: list[str]) -> None:
     """Keep the report, atomically; a folder that refuses it only costs the next analysis its speed."""
     try:
-        write_json_atomic(path(trace_dir, fmt), {"key": wanted, "report": report, "warnings": warnings,
+        write_json_atomic(path(run_dir, fmt), {"key": wanted, "report": report, "warnings": warnings,
                                                  "seal": identity.seal(_body(wanted, report, warnings)).hex()})
     except OSError:
         pass
+
+
+def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
+              workers: int | None = None, screen=None) -> tuple[str, list[str]]:
+    """The rendered report and its warnings: the one kept beside the traces when nothing in the folder, the
+    options or dstrace changed since, else a new analysis (then kept)."""
+    options = {"format": fmt, "align_clocks": clock_policy, "source": source}
+    if fmt == "text" and screen is not None:
+        options |= screen.options()
+    elif fmt in ("markdown", "html") and screen is not None:
+        options["verbose"] = screen.verbose  # the whole legend or the terms used
+    single = os.path.isfile(run_dir)  # one trace file: its reduction is kept beside it, no report is
+    wanted = None if single else key(run_dir, options)  # None for a folder that cannot be read
+    kept = read(run_dir, fmt, wanted) if wanted else None
+    if kept is not None:
+        say(f"nothing in the folder changed since the last analysis: its report, from {path(run_dir, fmt)}")
+        return kept
+    from dstrace.analysis import load_and_analyze
+    from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
+
+    analysis = load_and_analyze(run_dir, source=source, clock_policy=clock_policy, workers=workers)
+    report, warnings = render(analysis, fmt, screen), list(analysis.warnings)
+    if wanted:
+        write(run_dir, fmt, wanted, report, warnings)
+    return report, warnings

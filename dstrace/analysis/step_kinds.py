@@ -1,8 +1,7 @@
 """What the profiler did in each forward step of a generation call: the one place analysis reads it from."""
 from __future__ import annotations
 
-from dstrace.recording.window import GENERATE_TRIGGER
-from dstrace.runfolder.records import STEP_KINDS, GenerationCall, Manifest
+from dstrace.runfolder.records import GENERATE_TRIGGER, STEP_KINDS, GenerationCall, Manifest
 
 UNPROFILED, WARMUP, START, PROFILED, STOP = STEP_KINDS
 BOUNDARY_KINDS = (WARMUP, START, STOP)

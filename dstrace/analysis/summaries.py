@@ -63,7 +63,7 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
     """Reduce each rank's trace (rank -> file name in `run_dir`) and write its summary beside it: what `dstrace
     record` does once the command has ended. The reductions are those `dstrace analyze` makes (and keeps in
     its caches, so the first analysis reads no trace). Returns one line per rank left without a summary."""
-    from dstrace.analysis.loading import Parsed, _host_of, dstrace_metadata, parse_traces
+    from dstrace.analysis.loading import Parsed, dstrace_metadata, host_of, parse_traces
 
     paths = {rank: os.path.join(run_dir, name) for rank, name in sorted(traces.items())}
     parsed = parse_traces(list(paths.values()), progress, world_hint=world_size)
@@ -77,7 +77,7 @@ def write_run_summaries(run_dir: str, traces: dict[int, str], world_size: int,
         ours = dstrace_metadata(meta) or {}
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
         try:
-            write_summary(summary_path(run_dir, rank), result.reduced, rank, world_size or None, _host_of(path, meta),
+            write_summary(summary_path(run_dir, rank), result.reduced, rank, world_size or None, host_of(path, meta),
                           ours.get("run_id"), os.path.basename(path), dist)
         except OSError as exc:
             problems.append(f"rank {rank}: no summary: {exc.strerror or exc}")

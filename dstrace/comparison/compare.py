@@ -1,28 +1,14 @@
-"""`dstrace compare RUN_DIR...`: configurations side by side over their repeats, and the verdict.
+"""The comparison of recorded runs: configurations side by side over their repeats, and the verdict.
 
-Entry points for the CLI: `add_arguments(parser)` and `main(args) -> int`. Run folders are found and
-read by `collect`, summarized by `summary`, judged by `verdict` and written by `render`.
+`compare_runs` is the whole of it: run folders found and read by `collect`, summarized by `summary`,
+judged by `verdict`; `render` writes it. The `dstrace compare` verb is `dstrace.commands.compare`.
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 from dstrace.errors import UserError
-from dstrace.say import say, warn
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from dstrace.comparison.render import FORMATS
-
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                        help="run folders, configuration folders (<config>/rep<k>/) or a sweep folder")
-    parser.add_argument("--baseline", metavar="NAME",
-                        help="configuration the others are measured against (default: the sweep's baseline)")
-    parser.add_argument("--format", choices=FORMATS, default=None,
-                        help="text (terminal, default), json (dstrace.compare/1), markdown (GitHub issue); "
-                             "default: from the -o file's extension (.json, .md), else text")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
+from dstrace.say import say
 
 
 def stderr_progress(message: str) -> None:
@@ -52,17 +38,3 @@ def compare_runs(run_dirs: list[str], baseline: str | None = None,
     configs = [summarize(name, [f for f in facts if f.config == name]) for name in order]
     warnings = [w for f in facts for w in f.warnings]
     return Comparison(configs=configs, verdict=verdict(configs, baseline), warnings=warnings)
-
-
-def main(args: argparse.Namespace) -> int:
-    from dstrace.comparison.render import FORMATS, render
-    from dstrace.report_output import chosen_format, write_report
-
-    comparison = compare_runs(args.run_dirs, args.baseline)
-    for warning in comparison.warnings:
-        warn(warning)
-    from dstrace.analysis.render.terminal import screen_for
-
-    fmt = chosen_format(args.format, args.output, FORMATS)
-    write_report(render(comparison, fmt, screen_for(bool(args.output))), args.output, escaped=fmt == "text")
-    return 0

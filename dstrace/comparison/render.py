@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 
-from dstrace.analysis.render.common import size
+from dstrace.analysis.render.json import json_safe
+from dstrace.analysis.render.markdown import md_cell, md_table
 from dstrace.comparison.model import Comparison, ConfigSummary, Spread
-from dstrace.say import md_inline
+from dstrace.units import percent, ratio, size, spread, step_ms
 
 FORMATS = ("text", "json", "markdown", "html")
 HEAD = ["configuration", "status", "runs", "ms/step median [min-max]", "tok/s per seq", "tok/s all seqs",
@@ -19,23 +19,19 @@ TEXT_TABLES = (("Configurations: time", (0, 1, 2, 3, 6, 4, 5)),
 """HEAD's columns in two tables on a terminal, so that each fits its width."""
 
 
-def _spread(s: Spread | None, digits: int = 1) -> str:
-    return "-" if s is None else f"{s.median:.{digits}f} [{s.low:.{digits}f}-{s.high:.{digits}f}]"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
+def _spread(s: Spread | None) -> str:
+    return "-" if s is None else spread(s.median, s.low, s.high)
 
 
 def _row(c: ConfigSummary, comparison: Comparison) -> list[str]:
-    ratio = comparison.verdict.ratios.get(c.name, {}).get("ms_per_step")
+    times = comparison.verdict.ratios.get(c.name, {}).get("ms_per_step")
     ok = sum(r.status == "complete" for r in c.runs)
     agg = c.aggregate_tokens_per_s
     return [c.name, c.status, f"{ok}/{len(c.runs)}", _spread(c.ms_per_step), _spread(c.tokens_per_s),
             "-" if agg is None else f"{agg.median:.1f} ({c.sequences} seq)",
-            "-" if ratio is None else f"{ratio:.2f}x ms", _pct(c.transfer_share), _pct(c.wait_share),
+            "-" if times is None else f"{ratio(times)} ms", percent(c.transfer_share), percent(c.wait_share),
             size(c.gathered_bytes_per_step),
-            "-" if c.effective_tp is None else str(c.effective_tp), _pct(c.held_fraction),
+            "-" if c.effective_tp is None else str(c.effective_tp), percent(c.held_fraction),
             ", ".join(c.deepspeed_versions) or "-"]
 
 
@@ -68,9 +64,9 @@ def _ratio_lines(comparison: Comparison) -> list[str]:
         if name == v.baseline:
             continue
         agg = r.get("aggregate_tokens_per_s")
-        lines.append(f"{name}: {r['ms_per_step']:.2f}x the ms per step of {v.baseline}, "
-                     f"{r['tokens_per_s']:.2f}x its tokens/s per sequence"
-                     + (f", {agg:.2f}x its tokens/s over all sequences" if agg is not None else ""))
+        lines.append(f"{name}: {ratio(r['ms_per_step'])} the ms per step of {v.baseline}, "
+                     f"{ratio(r['tokens_per_s'])} its tokens/s per sequence"
+                     + (f", {ratio(agg)} its tokens/s over all sequences" if agg is not None else ""))
     return lines
 
 
@@ -126,29 +122,24 @@ def render_text(comparison: Comparison, screen=None) -> str:
     return capture(screen or Screen(), lambda console: _draw(console, comparison))
 
 
-def _cell(text: str) -> str:
-    return md_inline(text).replace("|", "\\|")
-
-
 def render_markdown(comparison: Comparison) -> str:
     out = [f"### dstrace comparison: {len(comparison.configs)} configurations, "
-           f"{sum(len(c.runs) for c in comparison.configs)} runs", "",
-           "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    out += ["| " + " | ".join(_cell(x) for x in _row(c, comparison)) + " |" for c in comparison.configs]
-    out += ["", "**Configurations**", ""] + [f"- {_cell(_details(c))}" for c in comparison.configs]
+           f"{sum(len(c.runs) for c in comparison.configs)} runs", ""]
+    out += md_table(HEAD, [_row(c, comparison) for c in comparison.configs])
+    out += ["", "**Configurations**", ""] + [f"- {md_cell(_details(c))}" for c in comparison.configs]
     v = comparison.verdict
     out += ["", f"**Indistinguishable** ({v.rule}):", ""]
     out += [f"- `{a}` ~ `{b}`" for a, b in v.indistinguishable] or ["- none"]
     if v.baseline:
         out += ["", f"**Against the baseline `{v.baseline}`**", ""] + ([f"- {x}" for x in _ratio_lines(comparison)]
                                                                       or ["- no timed run of the baseline"])
-    out += ["", "**Why**", ""] + ([y for e in v.explanations for y in [f"- `{e.id}`: {_cell(e.summary)}"]
-                                   + ([f"  - what to do: {_cell(e.remedy)}"] if e.remedy else [])]
+    out += ["", "**Why**", ""] + ([y for e in v.explanations for y in [f"- `{e.id}`: {md_cell(e.summary)}"]
+                                   + ([f"  - what to do: {md_cell(e.remedy)}"] if e.remedy else [])]
                                   or ["- nothing to explain"])
     if comparison.warnings:
-        out += ["", "<details><summary>Warnings</summary>", ""] + [f"- {_cell(w)}" for w in comparison.warnings] \
+        out += ["", "<details><summary>Warnings</summary>", ""] + [f"- {md_cell(w)}" for w in comparison.warnings] \
                + ["", "</details>"]
-    out += ["", "<details><summary>Columns</summary>", ""] + [f"- {_cell(x)}" for x in legend(comparison)] \
+    out += ["", "<details><summary>Columns</summary>", ""] + [f"- {md_cell(x)}" for x in legend(comparison)] \
         + ["", "</details>"]
     return "\n".join(out) + "\n"
 
@@ -184,13 +175,13 @@ def ms_plot(comparison: Comparison) -> str:
                    f'<line x1="{x_of(s.low):.1f}" y1="{y:.1f}" x2="{x_of(s.high):.1f}" y2="{y:.1f}" stroke="#4c78a8" '
                    f'stroke-width="2"/>'
                    f'<rect class="median" x="{x_of(s.median) - 1.5:.1f}" y="{y - 8:.1f}" width="3" height="16" '
-                   f'fill="#e45756"><title>{escape(c.name)}: median {s.median:.1f} ms per step over {s.runs} runs, '
+                   f'fill="#e45756"><title>{escape(c.name)}: median {step_ms(s.median)} per step over {s.runs} runs, '
                    f'{s.low:.1f}-{s.high:.1f}</title></rect>')
         for r in c.runs:
             if r.ms_per_step is not None:
                 svg.append(f'<circle cx="{x_of(r.ms_per_step):.1f}" cy="{y:.1f}" r="3" fill="#4c78a8" '
-                           f'fill-opacity="0.6"><title>{escape(c.name)} {escape(r.repeat)}: {r.ms_per_step:.1f} '
-                           'ms per step</title></circle>')
+                           f'fill-opacity="0.6"><title>{escape(c.name)} {escape(r.repeat)}: {step_ms(r.ms_per_step)} '
+                           'per step</title></circle>')
     svg.append("</svg>")
     untimed = [c.name for c in comparison.configs if c.ms_per_step is None]
     note = f"<p>Not plotted (no timed run): {escape(', '.join(untimed))}.</p>" if untimed else ""
@@ -239,19 +230,9 @@ def _code(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def to_dict(comparison: Comparison) -> dict:
     data = dataclasses.asdict(comparison)
-    return _clean({"schema": data.pop("schema"), **data})
+    return json_safe({"schema": data.pop("schema"), **data})
 
 
 def render_json(comparison: Comparison) -> str:

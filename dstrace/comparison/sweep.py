@@ -6,11 +6,11 @@ configuration instead of biasing one. Each run is the real recorder in a subproc
 fails or is refused is a result, and the sweep goes on. A run folder that already holds a run that
 ended by itself (not stopped by a signal) is kept, so an interrupted sweep continues where it stopped.
 SIGTERM or Ctrl-C stop the current run and record no more, and the runs there are are still compared:
-the comparison is written to `OUT/compare.json` and `OUT/compare.md`, and printed.
+the comparison is written to `OUT/compare.json` and `OUT/compare.md`, and printed. `record_sweep` records;
+the `dstrace sweep` verb (`dstrace.commands.sweep`) checks the options, then compares.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -36,7 +36,7 @@ class SweepStopped(Exception):
     """SIGTERM reached the sweep."""
 
 
-def _on_sigterm(signum, frame):
+def on_sigterm(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SweepStopped()
 
@@ -50,18 +50,6 @@ class RunOutcome:
     exit_code: int | None
     wall_s: float
     kept: bool  # recorded by an earlier sweep into the same folder
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="sweep spec (JSON), e.g. launch/sweeps/cpu-tiny.json")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT", help="sweep folder: OUT/<name>/rep<k>/")
-    parser.add_argument("--repeats", type=int, default=3, metavar="K", help="runs of each configuration (default 3)")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="overrides",
-                        help="give a spec variable a value (size, tokens, nproc, ...); repeatable")
-    parser.add_argument("--only", metavar="NAME,...", help="record only these configurations")
-    parser.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
-                        help="stop a run that takes longer (SIGTERM, then SIGKILL); it counts as a failed run")
-    parser.add_argument("--baseline", metavar="NAME", help="baseline of the comparison (default: the spec's)")
 
 
 MAX_SWEEP_BYTES = 16 << 20
@@ -153,7 +141,7 @@ def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutco
     return RunOutcome(config.name, repeat, run_dir, status, code, wall, False)
 
 
-def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcomes: list[RunOutcome]) -> None:
+def write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcomes: list[RunOutcome]) -> None:
     from dstrace.runfolder.records import write_json_atomic
 
     write_json_atomic(os.path.join(out, SWEEP_FILE), {
@@ -164,32 +152,17 @@ def _write_sweep_file(out: str, spec, repeats: int, baseline: str | None, outcom
         "runs": [asdict(o) for o in outcomes]})
 
 
-def main(args: argparse.Namespace) -> int:
-    from dstrace.comparison.compare import compare_runs, stderr_progress
-    from dstrace.report_output import write_report
-    from dstrace.comparison.render import render, render_json
-    from dstrace.comparison.spec import load_spec, parse_overrides
+def record_sweep(spec, configurations: list, repeats: int, out: str, baseline: str | None,
+                 timeout: float | None) -> tuple[list[RunOutcome], int]:
+    """Each configuration `repeats` times into `out`, alternating, `sweep.json` rewritten after every run:
+    (the outcomes, the runs planned). SIGTERM or Ctrl-C stop it after the current run."""
+    from dstrace.comparison.compare import stderr_progress
 
-    if args.repeats < 1:
-        raise UserError("--repeats needs at least 1")
-    spec = load_spec(args.spec, parse_overrides(args.overrides))
-    selected = spec.configurations
-    if args.only:
-        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in wanted if n not in {c.name for c in spec.configurations}]
-        if unknown:
-            raise UserError(f"--only {unknown[0]}: no such configuration in {args.spec}; "
-                            f"it has: {', '.join(c.name for c in spec.configurations)}")
-        selected = [c for c in spec.configurations if c.name in wanted]
-    baseline = args.baseline or spec.baseline
-    if baseline is not None and baseline not in {c.name for c in spec.configurations}:
-        raise UserError(f"--baseline {baseline}: no such configuration in {args.spec}")
-    out = os.path.abspath(args.output)
     os.makedirs(out, exist_ok=True)
-    plan = [(k, c) for k in range(1, args.repeats + 1) for c in selected]
+    plan = [(k, c) for k in range(1, repeats + 1) for c in configurations]
     outcomes: list[RunOutcome] = []
-    _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    write_sweep_file(out, spec, repeats, baseline, outcomes)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         for i, (k, config) in enumerate(plan, 1):
             step = f"[{i}/{len(plan)}] {config.name} rep{k}"
@@ -201,20 +174,14 @@ def main(args: argparse.Namespace) -> int:
                 stderr_progress(f"{step}: {done.get('status')} (kept from an earlier sweep)")
                 continue
             stderr_progress(f"{step}: recording")
-            o = record_run(config, k, out, args.run_timeout)
+            o = record_run(config, k, out, timeout)
             outcomes.append(o)
-            _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
+            write_sweep_file(out, spec, repeats, baseline, outcomes)
             stderr_progress(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
                             + ("" if o.status == "complete" else f"; log: {o.path}.log"))
     except (KeyboardInterrupt, SweepStopped):
         stderr_progress(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _write_sweep_file(out, spec, args.repeats, baseline, outcomes)
-    comparison = compare_runs([out])
-    write_report(render_json(comparison), os.path.join(out, COMPARE_FILE))
-    write_report(render(comparison, "markdown"), os.path.join(out, COMPARE_MARKDOWN))
-    from dstrace.analysis.render.terminal import screen_for
-
-    write_report(render(comparison, "text", screen_for(False)), None, escaped=True)
-    return 0 if len(outcomes) == len(plan) else 1
+    write_sweep_file(out, spec, repeats, baseline, outcomes)
+    return outcomes, len(plan)

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from dstrace.analysis.findings import ZERO3_MODEL_FRACTION
-from dstrace.analysis.render.common import size
+from dstrace.analysis.findings.parallelism import ZERO3_MODEL_FRACTION
 from dstrace.comparison.model import ConfigSummary, Explanation, Verdict
 from dstrace.comparison.stats import (
     INDISTINGUISHABLE_RULE,
     indistinguishable,
     same_bytes,
 )
+from dstrace.units import percent, ratio, size, spread
 
 
 def _ms(c: ConfigSummary) -> str:
     s = c.ms_per_step
-    return "-" if s is None else f"{s.median:.1f} ms/step [{s.low:.1f}-{s.high:.1f}]"
+    return "-" if s is None else spread(s.median, s.low, s.high, " ms/step")
 
 
 def _numel(shape: list[int]) -> int:
@@ -140,13 +140,13 @@ def regathered(configs: list[ConfigSummary], baseline: ConfigSummary | None,
         if share < ZERO3_MODEL_FRACTION:
             continue
         slower = ratio_of.get(c.name, {}).get("ms_per_step")
-        against = (f"; {slower:.2f}x the baseline {baseline.name}'s ms per step" if slower and baseline
+        against = (f"; {ratio(slower)} the baseline {baseline.name}'s ms per step" if slower and baseline
                    and baseline.name != c.name else "")
-        comm = (f", collectives {c.transfer_share:.0%} transfer and {c.wait_share:.0%} waiting for peers of the "
-                "traced time" if c.transfer_share is not None and c.wait_share is not None else "")
+        comm = (f", collectives {percent(c.transfer_share)} transfer and {percent(c.wait_share)} waiting for peers "
+                "of the traced time" if c.transfer_share is not None and c.wait_share is not None else "")
         out.append(Explanation("model-regathered-every-step", [c.name], (
-            f"{c.name}: every decode step gathers {size(c.gathered_bytes_per_step)} per rank, {share:.0%} of the "
-            f"model's {size(c.model_bytes)}, while each rank holds {c.held_fraction:.0%} of the weights"
+            f"{c.name}: every decode step gathers {size(c.gathered_bytes_per_step)} per rank, {percent(share)} of the "
+            f"model's {size(c.model_bytes)}, while each rank holds {percent(c.held_fraction)} of the weights"
             f"{comm}{against}"), {
             "gathered_bytes_per_step": c.gathered_bytes_per_step, "model_bytes": c.model_bytes,
             "share": share, "threshold": ZERO3_MODEL_FRACTION, "held_fraction": c.held_fraction,
@@ -182,7 +182,7 @@ def weights_split(configs: list[ConfigSummary], baseline: ConfigSummary | None) 
         gathered = size(c.gathered_bytes_per_step) if c.gathered_bytes_per_step else "nothing"
         out.append(Explanation("weights-split", [c.name], (
             f"{c.name}: weights split {c.effective_tp} ways{shape} by {', '.join(c.split_modules) or '-'}; "
-            f"each rank holds {c.held_fraction:.0%} of the weights, gathers {gathered} per step; "
+            f"each rank holds {percent(c.held_fraction)} of the weights, gathers {gathered} per step; "
             f"collectives: {kinds}"), {
             "effective_tp": c.effective_tp, "example": {"weight": example[0], "reference": ref.name,
                                                         "reference_shape": example[1], "shape": example[2]}

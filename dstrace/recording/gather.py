@@ -1,4 +1,4 @@
-"""`dstrace gather OUT [NODE_FOLDER...]`: one run folder, and its run.json, from the nodes of a run.
+"""One run folder, and its run.json, from the nodes of a run (`dstrace gather`, `dstrace.commands.gather`).
 
 Each node of a multi-node run writes its ranks' files where it can: all into one shared folder, or
 each into a folder of its own disk. Gathering copies the nodes' folders into OUT (a file two nodes both
@@ -12,31 +12,15 @@ from __future__ import annotations
 import filecmp
 import os
 
-from ..errors import UserError
-from ..runfolder.files import copy_regular_atomic
-from ..runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, SUMMARY_SUFFIX, TRACE_SUFFIXES, rank_in_name
-from ..runfolder.records import (RUN_SCHEMA, RunRecord, read_json_object, read_manifest, read_node_record, to_json,
-                                 write_json_atomic)
-from ..say import say
-from .launcher import summarize
+from dstrace.errors import UserError
+from dstrace.rankset import ranks_text
+from dstrace.recording.launcher import fill_run_record
+from dstrace.runfolder.files import copy_regular_atomic
+from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, SUMMARY_SUFFIX, TRACE_SUFFIXES, rank_in_name
+from dstrace.runfolder.records import (RUN_SCHEMA, RankStatus, RunRecord, read_json_object, read_manifest,
+                                       read_node_record, to_json, write_json_atomic)
 
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("output", metavar="OUT",
-                        help="the run folder to write; with no NODE_FOLDER, the shared folder every node wrote into")
-    parser.add_argument("nodes", nargs="*", metavar="NODE_FOLDER",
-                        help="per-node run folders (copied from each node's disk) to merge into OUT")
-
-
-def main(args) -> int:
-    run = gather(args.output, args.nodes)
-    say(f"{run.status} run {run.run_id}: {len(run.ranks)} rank(s) of world {run.world_size} "
-        f"in {os.path.abspath(args.output)}")
-    for problem in run.problems:
-        say(problem)
-    return 0
 
 
 def _listing(folder: str) -> list[str]:
@@ -63,25 +47,25 @@ def _is_gathered(path: str) -> bool:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
-def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
+def _plan(run_dir: str, sources: list[str]) -> list[tuple[str, str]]:
     """(source path, destination path) for every file to copy; refuses conflicting files."""
     plan: dict[str, str] = {}
     trace_owner: dict[int, str] = {}
-    for name in _rank_files(out):
+    for name in _rank_files(run_dir):
         if name.endswith(TRACE_SUFFIXES) and rank_in_name(name) is not None:
-            trace_owner[rank_in_name(name)] = os.path.join(out, name)
+            trace_owner[rank_in_name(name)] = os.path.join(run_dir, name)
     for src in sources:
         if not os.path.isdir(src):
             raise UserError(f"{src} is not a folder: give the run folders the nodes wrote")
-        entries = [(os.path.join(src, n), os.path.join(out, n)) for n in _rank_files(src)]
+        entries = [(os.path.join(src, n), os.path.join(run_dir, n)) for n in _rank_files(src)]
         nodes_dir = os.path.join(src, NODES_DIR)
         _refuse_link(nodes_dir, "reads no folder through one")
         if os.path.isdir(nodes_dir):
-            entries += [(os.path.join(nodes_dir, n), os.path.join(out, NODES_DIR, n))
+            entries += [(os.path.join(nodes_dir, n), os.path.join(run_dir, NODES_DIR, n))
                         for n in _listing(nodes_dir) if n.endswith(".json")]
         run_file = os.path.join(src, RUN_FILE)
         if os.path.isfile(run_file) and not _is_gathered(run_file):
-            entries.append((run_file, os.path.join(out, NODES_DIR, f"{os.path.basename(src)}.json")))
+            entries.append((run_file, os.path.join(run_dir, NODES_DIR, f"{os.path.basename(src)}.json")))
         if not entries:
             raise UserError(f"{src} holds no dstrace files (manifests, traces, summaries, node records)")
         for source, dest in entries:
@@ -103,8 +87,8 @@ def _plan(out: str, sources: list[str]) -> list[tuple[str, str]]:
     return [(s, d) for d, s in plan.items() if not os.path.exists(d)]
 
 
-def _check_one_run(out: str, plan: list[tuple[str, str]]) -> str:
-    paths = [os.path.join(out, n) for n in _rank_files(out) if n.endswith(MANIFEST_SUFFIX)]
+def _check_one_run(run_dir: str, plan: list[tuple[str, str]]) -> str:
+    paths = [os.path.join(run_dir, n) for n in _rank_files(run_dir) if n.endswith(MANIFEST_SUFFIX)]
     paths += [s for s, _ in plan if s.endswith(MANIFEST_SUFFIX)]
     runs: dict[str, list[str]] = {}
     for path in paths:
@@ -112,12 +96,39 @@ def _check_one_run(out: str, plan: list[tuple[str, str]]) -> str:
             runs.setdefault(read_manifest(path).run_id, []).append(path)
         except (OSError, ValueError, TypeError):
             continue
+    if not runs:  # a run `dstrace reduce` wrote has no manifests: its node records name the run
+        for path in _node_record_paths(run_dir) + [s for s, d in plan if os.path.dirname(d) == os.path.join(run_dir, NODES_DIR)]:
+            try:
+                runs.setdefault(read_node_record(path)["run_id"], []).append(path)
+            except (OSError, ValueError, TypeError):
+                continue
     if len(runs) > 1:
         listing = "; ".join(f"run {rid}: {os.path.dirname(p[0])}" for rid, p in sorted(runs.items()))
         raise UserError(f"the folders hold different runs ({listing}); give every node the same --run-id")
     if not runs:
-        raise UserError("no rank manifest in the given folders: nothing to gather")
+        raise UserError("no rank manifest or node record in the given folders: nothing to gather")
     return next(iter(runs))
+
+
+def _node_record_paths(run_dir: str) -> list[str]:
+    folder = os.path.join(run_dir, NODES_DIR)
+    return [os.path.join(folder, n) for n in _listing(folder) if n.endswith(".json")] if os.path.isdir(folder) else []
+
+
+def _reduced_ranks(run: RunRecord, records: dict[str, dict]) -> None:
+    """The ranks of a run without manifests, as the node records of `dstrace reduce` list them."""
+    for r in records.values():
+        run.ranks.extend(RankStatus(**x) for x in r.get("ranks", []))
+        run.problems.extend(r.get("problems", []))
+        run.notes.extend(r.get("notes", []))
+    run.ranks.sort(key=lambda x: x.rank)
+    run.world_size = max((r.get("world_size") or 0 for r in records.values()), default=0) or None
+    found = {x.rank for x in run.ranks}
+    run.missing_ranks = [r for r in range(run.world_size or 0) if r not in found]
+    if run.missing_ranks:
+        run.problems.append(f"no reduction of {ranks_text(run.missing_ranks)}")
+    if not run.ranks:
+        run.problems.append("no rank was reduced")
 
 
 def _copy(source: str, dest: str) -> None:
@@ -128,8 +139,8 @@ def _copy(source: str, dest: str) -> None:
         raise UserError(f"cannot copy {source}: {e}") from None
 
 
-def _node_records(out: str) -> dict[str, dict]:
-    folder = os.path.join(out, NODES_DIR)
+def _node_records(run_dir: str) -> dict[str, dict]:
+    folder = os.path.join(run_dir, NODES_DIR)
     records = {}
     if os.path.isdir(folder):
         for name in _listing(folder):
@@ -141,33 +152,36 @@ def _node_records(out: str) -> dict[str, dict]:
     return records
 
 
-def gather(output: str, node_folders: list[str]) -> RunRecord:
-    """Merge the node folders into `output` and write its run.json; return the run record."""
-    out = os.path.abspath(output)
-    sources = [os.path.abspath(n) for n in node_folders if os.path.abspath(n) != out]
-    if not sources and not os.path.isdir(out):
-        raise UserError(f"{out} is not a folder: give the shared run folder, or OUT and the node folders")
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise UserError(f"{out} is there and is not a folder: give gather a folder to write the run into")
+def gather(run_dir: str, node_folders: list[str]) -> RunRecord:
+    """Merge the node folders into `run_dir` and write its run.json; return the run record."""
+    run_dir = os.path.abspath(run_dir)
+    sources = [os.path.abspath(n) for n in node_folders if os.path.abspath(n) != run_dir]
+    if not sources and not os.path.isdir(run_dir):
+        raise UserError(f"{run_dir} is not a folder: give the shared run folder, or OUT and the node folders")
+    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        raise UserError(f"{run_dir} is there and is not a folder: give gather a folder to write the run into")
     try:
-        os.makedirs(out, exist_ok=True)
+        os.makedirs(run_dir, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot make the folder {out} ({e.strerror or e}); choose another OUT") from None
-    _refuse_link(os.path.join(out, NODES_DIR), "writes no file through one")
-    plan = _plan(out, sources)
-    run_id = _check_one_run(out, plan)
-    own_run = os.path.join(out, RUN_FILE)
+        raise UserError(f"cannot make the folder {run_dir} ({e.strerror or e}); choose another OUT") from None
+    _refuse_link(os.path.join(run_dir, NODES_DIR), "writes no file through one")
+    plan = _plan(run_dir, sources)
+    run_id = _check_one_run(run_dir, plan)
+    own_run = os.path.join(run_dir, RUN_FILE)
     if os.path.isfile(own_run) and not _is_gathered(own_run):
-        plan.append((own_run, os.path.join(out, NODES_DIR, f"{LAUNCHER_RECORD}.json")))
+        plan.append((own_run, os.path.join(run_dir, NODES_DIR, f"{LAUNCHER_RECORD}.json")))
     for source, dest in plan:
         _copy(source, dest)
-    records = _node_records(out)
+    records = _node_records(run_dir)
     first = next(iter(records.values()), {})
     run = RunRecord(schema=RUN_SCHEMA, run_id=run_id, command=first.get("command", []), cwd=first.get("cwd", ""),
                     started=min((r.get("started") or 0 for r in records.values()), default=0.0),
                     status="running")
     codes = {name: r.get("exit_code") for name, r in records.items()}
-    summarize(out, run, 0)
+    if any(n.endswith(MANIFEST_SUFFIX) for n in _listing(run_dir)):
+        fill_run_record(run_dir, run, 0)
+    else:
+        _reduced_ranks(run, records)
     run.exit_code = next((c for c in codes.values() if c), 0)
     run.ended = max((r.get("ended") or 0 for r in records.values()), default=run.ended)
     for name, code in codes.items():

@@ -18,10 +18,10 @@ import re
 import sys
 import time
 
-from . import overrides, ranges, session
-from .inventory import take_inventory
-from .window import Span
-from ..runfolder.records import DeepSpeedCall, TPRequest
+from dstrace.recording import overrides, ranges, session
+from dstrace.recording.inventory import take_inventory
+from dstrace.recording.window import Span
+from dstrace.runfolder.records import DeepSpeedCall, TPRequest
 
 WRAPPED = "__dstrace_wrapped__"
 TP_KEYS = ("tp_size", "autotp_size", "mp_size")

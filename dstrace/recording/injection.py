@@ -49,7 +49,7 @@ def _find_with(name, path, target, me):
 
 
 def _apply(patch, module) -> None:
-    from . import session
+    from dstrace.recording import session
 
     try:
         patch(module)
@@ -63,7 +63,7 @@ def arm() -> None:
     if _armed:
         return
     _armed = True
-    from . import hooks, session
+    from dstrace.recording import hooks, session
 
     finder = _PatchingFinder(hooks.PATCHES)
     sys.meta_path.insert(0, finder)

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..runfolder.records import Inventory, Weight
+from dstrace.runfolder.records import Inventory, Weight
 
+# Floating-point buffers named in the manifest at most (a model has a handful: rotary frequencies, norms' stats).
+MAX_BUFFERS = 512
 # Attributes under which DeepSpeed's AutoTP layers keep their tensor-parallel group size.
 _TP_SIZE_ATTRS = ("tp_world_size", "world_size")
 
@@ -124,7 +126,10 @@ def take_inventory(model, taken_at: str) -> Inventory:
             local += local_numel
             local_bytes += local_numel * item
             logical_bytes += logical_numel * item
+    buffers = {name: str(b.dtype).replace("torch.", "") for name, b in model.named_buffers()
+               if b.is_floating_point()}
     return Inventory(
+        buffer_dtypes=dict(list(buffers.items())[:MAX_BUFFERS]),
         taken_at=taken_at, model_class=type(model).__name__, weights=weights,
         logical_numel=logical, local_numel=local, local_bytes=local_bytes, logical_bytes=logical_bytes,
         zero3_partitioned=partitioned, module_classes=dict(classes), effective_tp=effective_tp(weights),

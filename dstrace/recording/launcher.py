@@ -1,13 +1,13 @@
-"""`dstrace record -- COMMAND...`: run the user's launch command with recording injected into every rank.
+"""Run the user's launch command with recording injected into every rank (`dstrace record`, whose verb is
+`dstrace.commands.record`).
 
 The command runs unchanged; the injection travels in the environment (PYTHONPATH and DSTRACE_*), which
 DeepSpeed's launcher, torchrun and plain python all pass on to the processes they start. After the
-command ends, the run record (`run.json`) says which ranks left whole files and whether the run is
-complete; dstrace exits with the command's own exit code.
+command ends, the run record (`run.json`, filled by `fill_run_record`) says which ranks left whole files
+and whether the run is complete; dstrace exits with the command's own exit code.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -21,15 +21,16 @@ import uuid
 import dataclasses
 from dataclasses import dataclass
 
-from ..errors import UserError
-from ..runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX, WRITTEN_NAMES,
-                               WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
-from ..rankset import by_rank_lines, ranks_text
-from ..runfolder.records import (RUN_SCHEMA, Manifest, RankStatus, RunRecord, Window, read_json_object,
-                                 read_manifest, to_json, why_no_trace, write_json_atomic)
-from ..say import say, warn
-from . import multinode, session
-from .window import GENERATE_TRIGGER, MODES, TIME_TRIGGER, WindowOptions
+from dstrace.errors import UserError
+from dstrace.rankset import by_rank_lines, ranks_text
+from dstrace.recording import multinode, session
+from dstrace.recording.window import WindowOptions
+from dstrace.runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX,
+                                     WRITTEN_NAMES, WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
+from dstrace.runfolder.records import (GENERATE_TRIGGER, RUN_SCHEMA, TIME_TRIGGER, Manifest, RankStatus, RunRecord,
+                                       Window, read_json_object, read_manifest, to_json, why_no_trace,
+                                       write_json_atomic)
+from dstrace.say import say, warn
 
 # The one folder put on the job's PYTHONPATH: it holds only a sitecustomize, which takes the folder off
 # sys.path again and loads dstrace by location (bootstrap/sitecustomize.py).
@@ -47,51 +48,6 @@ class RecordOptions:
     window: WindowOptions
     force: bool = False
     run_id: str | None = None  # the same on every node of a run recorded node by node
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("-o", "--output", help="run folder (default: traces/<time>-<program>)")
-    parser.add_argument("--mode", choices=MODES, default="full",
-                        help="full: torch.profiler trace of the window; annotate: ranges and timings only")
-    parser.add_argument("--window-call", type=int, default=1, metavar="N",
-                        help="which top-level chat()/generate() call to profile (default 1)")
-    parser.add_argument("--window-start", type=int, default=2, metavar="STEP",
-                        help="first forward step profiled; step 0 is the prefill (default 2)")
-    parser.add_argument("--window-steps", type=int, default=3, metavar="K",
-                        help="how many forward steps to profile (default 3)")
-    parser.add_argument("--window-after", type=float, default=30.0, metavar="SECONDS",
-                        help="a job without generate(), optimizer steps, engine.step(), DDP/FSDP forwards or "
-                             "profiler steps gets a time-based window this long after recording starts (default 30)")
-    parser.add_argument("--window-seconds", type=float, default=2.0, metavar="SECONDS",
-                        help="how long the time-based window lasts (default 2)")
-    parser.add_argument("--force", action="store_true", help="record into a run folder that has files")
-    parser.add_argument("--run-id", metavar="ID",
-                        help="the run's id; give every node of a multi-node torchrun run the same one "
-                             "(default: torchrun's --rdzv-id, else a new random id); see docs/multi-node.md")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="the launch command; everything from its first word on is the command's own "
-                             "(options after it go to the program, as with nsys and py-spy); '--' is optional")
-
-
-def options_from_args(args) -> RecordOptions:
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise UserError("no command to record: dstrace record [options] [--] COMMAND..., "
-                        "e.g. dstrace record torchrun --nproc_per_node 2 main.py")
-    if args.window_call < 1 or args.window_start < 0 or args.window_steps < 1:
-        raise UserError("the window needs --window-call >= 1, --window-start >= 0 and --window-steps >= 1")
-    if args.window_after < 0 or args.window_seconds <= 0:
-        raise UserError("the time-based window needs --window-after >= 0 and --window-seconds > 0")
-    return RecordOptions(command=command, output=args.output, force=args.force, run_id=args.run_id,
-                         window=WindowOptions(mode=args.mode, call=args.window_call,
-                                              start=args.window_start, steps=args.window_steps,
-                                              after=args.window_after, seconds=args.window_seconds))
-
-
-def main(args) -> int:
-    return record(options_from_args(args))
 
 
 def default_run_dir(command: list[str]) -> str:
@@ -127,39 +83,39 @@ def _is_plain_python(command: list[str]) -> bool:
     return True
 
 
-def prepare_run_dir(path: str, force: bool, role: multinode.NodeRole | None = None, run_id: str = "") -> str:
+def prepare_run_dir(run_dir: str, force: bool, role: multinode.NodeRole | None = None, run_id: str = "") -> str:
     """A new or empty folder; for one node of several, a folder the other nodes of the same run may share."""
-    path = os.path.abspath(path)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UserError(f"{path} exists and is not a folder: choose another run folder with -o")
-    if role is not None and os.path.isdir(path) and not force:
-        if os.path.exists(node_record_path(path, role.node)):
-            raise UserError(f"{role.node} of a run was already recorded in {path}: choose a new folder with -o "
+    run_dir = os.path.abspath(run_dir)
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UserError(f"{run_dir} exists and is not a folder: choose another run folder with -o")
+    if role is not None and os.path.isdir(run_dir) and not force:
+        if os.path.exists(node_record_path(run_dir, role.node)):
+            raise UserError(f"{role.node} of a run was already recorded in {run_dir}: choose a new folder with -o "
                             "or a new --run-id, or pass --force")
-        others = {m.run_id for m in _manifests(path).values()} - {run_id}
+        others = {m.run_id for m in _manifests(run_dir).values()} - {run_id}
         if others:
-            raise UserError(f"run folder {path} holds run(s) {', '.join(sorted(others))}, not {run_id}: "
+            raise UserError(f"run folder {run_dir} holds run(s) {', '.join(sorted(others))}, not {run_id}: "
                             "choose a new one with -o")
-    elif os.path.isdir(path) and os.listdir(path) and not force:
-        raise UserError(f"run folder {path} already has files: choose a new one with -o, or pass --force")
+    elif os.path.isdir(run_dir) and os.listdir(run_dir) and not force:
+        raise UserError(f"run folder {run_dir} already has files: choose a new one with -o, or pass --force")
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(run_dir, exist_ok=True)
         if force and role is None:
-            clear_run_files(path)
-        probe = os.path.join(path, f".dstrace-write-test.{os.getpid()}")
+            clear_run_files(run_dir)
+        probe = os.path.join(run_dir, f".dstrace-write-test.{os.getpid()}")
         with open(probe, "x"):
             pass
         os.unlink(probe)
     except OSError as e:
-        raise UserError(f"cannot write into the run folder {path}: {e.strerror or e}; choose another with -o") from None
-    return path
+        raise UserError(f"cannot write into the run folder {run_dir}: {e.strerror or e}; choose another with -o") from None
+    return run_dir
 
 
-def clear_run_files(path: str) -> None:
+def clear_run_files(run_dir: str) -> None:
     """--force: the files an earlier recording left (its ranks' files, records, caches, reports) go, so the
     new run's record counts only its own ranks; files dstrace did not write stay."""
-    for name in os.listdir(path):
-        full = os.path.join(path, name)
+    for name in os.listdir(run_dir):
+        full = os.path.join(run_dir, name)
         if name == NODES_DIR and os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full)
         elif name.endswith(WRITTEN_SUFFIXES) or name.startswith(WRITTEN_PREFIXES) or name in WRITTEN_NAMES:
@@ -169,7 +125,7 @@ def clear_run_files(path: str) -> None:
 
 
 def _manifests(run_dir: str) -> dict[str, Manifest]:
-    """Readable manifests of a folder by file name; unreadable ones are left to `summarize` to report."""
+    """Readable manifests of a folder by file name; unreadable ones are left to `fill_run_record` to report."""
     out = {}
     for name in sorted(os.listdir(run_dir)):
         if name.endswith(MANIFEST_SUFFIX):
@@ -213,7 +169,36 @@ def child_environment(run_dir: str, run_id: str, opts: RecordOptions,
     return env
 
 
-def record(opts: RecordOptions) -> int:
+@dataclass
+class Recording:
+    """A launch command that ran with recording injected, as the record verb finishes it: the run record as
+    it stood when the command started (`fill_run_record` fills it from what the ranks left), the run folder,
+    where the record goes (run.json, or this node's record when the run has several nodes), and the
+    command's exit code, which is `dstrace record`'s whatever befalls the record."""
+    run: RunRecord
+    run_dir: str
+    record_path: str
+    exit_code: int
+    role: multinode.NodeRole | None = None
+
+    @property
+    def node(self) -> str | None:
+        return self.role.node if self.role else None
+
+    def write(self) -> None:
+        write_json_atomic(self.record_path, _record_json(self.run, self.role))
+
+    def report(self) -> None:
+        """What the run left, as `record` prints it once the record is written."""
+        _report(self.run, self.run_dir)
+        if self.role is not None:
+            say(f"{self.role.node} of {self.role.nnodes} done; once every node is: dstrace gather {self.run_dir} "
+                "(shared folder) or dstrace gather OUT NODE_FOLDER...")
+
+
+def record(opts: RecordOptions) -> Recording:
+    """Run the command with every rank traced into a new (or, for one node of several, shared) run folder;
+    return once it has ended."""
     role = multinode.node_role(opts.command, dict(os.environ))
     try:
         run_id = multinode.agreed_run_id(opts.run_id, opts.command, dict(os.environ))
@@ -240,18 +225,7 @@ def record(opts: RecordOptions) -> int:
                         "(is it installed and on PATH?)", code=127)
     say(f"recording into {run_dir}")
     code = _run_child([executable] + opts.command[1:], child_environment(run_dir, run.run_id, opts, role))
-    try:
-        finish(run_dir, run, code, role.node if role else None)
-        write_json_atomic(run_file, _record_json(run, role))
-    except Exception as e:  # noqa: BLE001 - the command's exit code comes through whatever befalls the record
-        warn(f"could not write the run record {run_file}: {type(e).__name__}: {e}; the ranks' own files "
-             "are as they left them")
-        return code
-    _report(run, run_dir)
-    if role is not None:
-        say(f"{role.node} of {role.nnodes} done; once every node is: dstrace gather {run_dir} "
-            "(shared folder) or dstrace gather OUT NODE_FOLDER...")
-    return code
+    return Recording(run=run, run_dir=run_dir, record_path=run_file, exit_code=code, role=role)
 
 
 def _write_first_record(run_file: str, payload: dict) -> None:
@@ -371,7 +345,7 @@ def _sentinel(writes: int) -> None:
         os._exit(0)
 
 
-def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
+def fill_run_record(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
     """Fill the run record from the files the ranks left: which are whole, which ranks are missing.
 
     For one node of several (`node`), only the ranks that node started count, and missing ranks are
@@ -426,32 +400,6 @@ def summarize(run_dir: str, run: RunRecord, exit_code: int, node: str | None = N
     run.notes = by_rank_lines(windows) + by_rank_lines(no_trace)
     complete = not run.problems and all(r.status == "complete" for r in run.ranks)
     run.status = "complete" if complete else "incomplete"
-
-
-def finish(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None) -> None:
-    """The run record once the command has ended: its files summarized, then its traces reduced; a rank whose
-    reduction failed makes the run incomplete, its error line among the problems."""
-    summarize(run_dir, run, exit_code, node)
-    failed = reduce_traces(run_dir, run)
-    if failed:
-        run.problems.extend(failed)
-        run.status = "incomplete"
-
-
-def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
-    """Each recorded rank's trace reduced, here in dstrace's own environment (the job's has only its torch),
-    to `rank<N>.summary.json.gz`, with the decoder and reduction `dstrace analyze` uses; `analyze` then
-    finds every reduction in its cache. Returns a line for each rank left without a summary."""
-    traces = {r.rank: r.traces[-1] for r in run.ranks if r.traces}
-    if not traces:
-        return []
-    from dstrace.analysis.summaries import write_run_summaries
-
-    say(f"reducing {len(traces)} trace(s) for analysis")
-    try:
-        return write_run_summaries(run_dir, traces, run.world_size or 0)
-    except Exception as exc:  # the recording is done and whole: a failed reduction only costs analyze its speed
-        return [f"no rank summaries ({type(exc).__name__}: {exc}); dstrace analyze reads the traces"]
 
 
 def window_text(w: Window) -> str:

@@ -20,8 +20,8 @@ import re
 import socket
 from dataclasses import dataclass
 
-from ..runfolder.files import write_text_atomic
-from ..runfolder.names import DEEPSPEED_ENV_FILE, safe_name
+from dstrace.runfolder.files import write_text_atomic
+from dstrace.runfolder.names import DEEPSPEED_ENV_FILE, safe_name
 
 ENV_NODE = "DSTRACE_NODE"  # the node a rank was started by; its manifest keeps it
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -16,11 +16,12 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 
-from . import ranges
-from .overrides import device_memory_bytes
-from ..runfolder.names import manifest_path, safe_name
-from ..runfolder.records import MANIFEST_SCHEMA, GenerationCall, Manifest, to_json, write_json_atomic
-from .window import ITERATION_TRIGGERS, TIME_TRIGGER, ProfilerWindow, Span, WindowOptions
+from dstrace.recording import ranges
+from dstrace.recording.overrides import device_memory_bytes
+from dstrace.runfolder.names import manifest_path, safe_name
+from dstrace.runfolder.records import (ITERATION_TRIGGERS, MANIFEST_SCHEMA, TIME_TRIGGER, GenerationCall, Manifest, to_json,
+                                       write_json_atomic)
+from dstrace.recording.window import ProfilerWindow, Span, WindowOptions
 
 ENV_RUN_DIR = "DSTRACE_RUN_DIR"
 ENV_RUN_ID = "DSTRACE_RUN_ID"
@@ -308,7 +309,7 @@ def collect_environment(m: Manifest) -> None:
         except md.PackageNotFoundError:
             return None
 
-    from .. import __version__
+    from dstrace import __version__
 
     v = {"python": platform.python_version(), "dstrace": __version__, "torch": version("torch"),
          "deepspeed": version("deepspeed"), "transformers": version("transformers"),
@@ -494,7 +495,7 @@ def _after_fork_in_child() -> None:
     if s is None:
         return
     s.forked_off()
-    from .window import kineto_started
+    from dstrace.recording.window import kineto_started
 
     if kineto_started:
         with suppress(Exception):  # no glibc: the child may hang at exit, as it would after the job's own profiler

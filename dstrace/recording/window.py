@@ -2,7 +2,7 @@
 
 A 1024-token run profiled end to end writes gigabytes and skews itself; a few steady-state steps say the
 same. What a step is depends on the workload, so the window follows the first of these triggers the job
-has (`TRIGGERS`, most telling first):
+has (`runfolder.records.TRIGGERS`, most telling first):
 
 - `generate step`: forward steps `start .. start+steps-1` of top-level chat()/generate() call `call`;
 - an iteration trigger (`ITERATION_TRIGGERS`): torch optimizer steps, DeepSpeed `engine.step()`, the
@@ -32,16 +32,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
-from ..runfolder.files import atomic_file
-from . import ranges
-from ..runfolder.records import STEP_KINDS, Window
+from dstrace.runfolder.files import atomic_file
+from dstrace.recording import ranges
+from dstrace.runfolder.records import GENERATE_TRIGGER, ITERATION_TRIGGERS, STEP_KINDS, TIME_TRIGGER, Window
 
 MODES = ("full", "annotate")
-GENERATE_TRIGGER = "generate step"
-TIME_TRIGGER = "time"
-ITERATION_TRIGGERS = ("optimizer.step", "deepspeed engine.step", "DistributedDataParallel.forward", "FSDP forward",
-                      "profiler.step")
-TRIGGERS = (GENERATE_TRIGGER, *ITERATION_TRIGGERS, TIME_TRIGGER)
 GPU_READYING_S = 8.0
 """Time a time-based window waits after falling due on a GPU, for every rank's profiler to be ready: on 2 x
 H200, CUPTI took ~2.5 s on each rank, one after the other (a rank readying holds up the peers waiting on it

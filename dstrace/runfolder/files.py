@@ -23,7 +23,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 
-from .untrusted import open_regular
+from dstrace.runfolder.untrusted import open_regular
 
 
 def current_umask() -> int:

@@ -67,6 +67,19 @@ def derived_from_the_run(name: str) -> bool:
     return bool(_DERIVED.match(name))
 
 
+def beside(run_dir: str, name: str) -> str:
+    """Where a view of the run writes by default: `name` in the run folder, or beside a single trace file,
+    named after it."""
+    if not os.path.isfile(run_dir):
+        return os.path.join(run_dir, name)
+    stem = os.path.basename(run_dir)
+    for suffix in TRACE_SUFFIXES + (".json.gz", ".json"):
+        if stem.endswith(suffix):
+            stem = stem[:-len(suffix)]
+            break
+    return os.path.join(os.path.dirname(os.path.abspath(run_dir)), f"{stem}.{name}")
+
+
 def safe_name(text: str) -> str:
     """A host or node name as part of a file name: letters, digits, '.', '_' and '-' only, no leading dot."""
     return _UNSAFE_NAME.sub("_", text).strip(".") or "_"

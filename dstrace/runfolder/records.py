@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .files import write_text_atomic
-from .untrusted import read_bytes
+from dstrace.runfolder.files import write_text_atomic
+from dstrace.runfolder.untrusted import read_bytes
 
 MANIFEST_SCHEMA = "dstrace.manifest/1"
 RUN_SCHEMA = "dstrace.run/1"
@@ -46,6 +46,7 @@ class Inventory:
     effective_tp: int  # measured from the weights' shapes, not from any config
     fsdp_sharded: int = 0  # weights FSDP holds sharded over data-parallel ranks (ZeRO-3's partitioning, torch's way)
     dtensors: int = 0  # weights that are DTensors (torch-native TP, FSDP2, transformers' tp_plan)
+    buffer_dtypes: dict[str, str] = field(default_factory=dict)  # floating-point buffer -> dtype (rotary inv_freq...)
 
 
 @dataclass
@@ -88,6 +89,13 @@ STEP_KINDS = ("unprofiled", "profiler-warmup", "profiler-start", "profiled", "pr
 recording (start_trace, in the step before the window); recorded it (a window step); stopped (stop_trace, in the
 step after the window). Only `unprofiled` and `profiled` steps are times of the job's work; the other three carry
 the profiler's own start and stop costs."""
+
+GENERATE_TRIGGER = "generate step"
+TIME_TRIGGER = "time"
+ITERATION_TRIGGERS = ("optimizer.step", "deepspeed engine.step", "DistributedDataParallel.forward", "FSDP forward",
+                      "profiler.step")
+TRIGGERS = (GENERATE_TRIGGER, *ITERATION_TRIGGERS, TIME_TRIGGER)
+"""What opens a profiler window (`Window.trigger`): the recording writes these names and the analysis reads them."""
 
 
 @dataclass

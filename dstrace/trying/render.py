@@ -4,13 +4,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from dstrace.analysis.render.common import size
+from dstrace.analysis.render.markdown import md_cell, md_table
 from dstrace.comparison.model import Comparison
 from dstrace.comparison.render import render as render_comparison
 from dstrace.comparison.render import to_dict
-from dstrace.say import md_inline, one_line
+from dstrace.say import one_line
 from dstrace.trying.keys import describe
-from dstrace.trying.result import AS_IS, TRY_SCHEMA, VARIANT, TryRun, outcome, same_output, side
+from dstrace.trying.result import AS_IS, TRY_SCHEMA, VARIANT, TryRun, dtype_differences, outcome, same_output, side
+from dstrace.units import ratio, size, spread
 
 FORMATS = ("text", "markdown", "json")
 
@@ -25,19 +26,20 @@ def build(comparison: Comparison, overrides, notes: list[str], runs: list[TryRun
         sides[name] = side(configs.get(name), mine, [manifests[r.path] for r in mine], name == VARIANT)
     complete = {name: [manifests[r.path] for r in runs if r.side == name and r.exit_code == 0] for name in sides}
     same, differences = same_output(complete[AS_IS], complete[VARIANT])
+    dtypes = dtype_differences(complete[AS_IS], complete[VARIANT]) if same is False else []
     data = to_dict(comparison)
     data["compare_schema"] = data.pop("schema")
     verdict = {"outcome": outcome(comparison, sides[AS_IS], sides[VARIANT]), **data.pop("verdict")}
     return {"schema": TRY_SCHEMA, "overrides": dict(overrides), "notes": notes,
             "as_is": dataclasses.asdict(sides[AS_IS]), "variant": dataclasses.asdict(sides[VARIANT]),
-            "same_output": same, "output_differences": differences, "verdict": verdict,
+            "same_output": same, "output_differences": differences, "dtype_differences": dtypes, "verdict": verdict,
             "runs": [dataclasses.asdict(r) for r in runs], **data}
 
 
 def _ms(s: dict) -> str:
     if s["ms_per_step"] is None:
         return "-"
-    return f"{s['ms_per_step']:.1f} [{s['ms_per_step_low']:.1f}-{s['ms_per_step_high']:.1f}]"
+    return spread(s["ms_per_step"], s["ms_per_step_low"], s["ms_per_step_high"])
 
 
 def _rows(result: dict) -> list[tuple[str, str, str]]:
@@ -54,10 +56,13 @@ def _rows(result: dict) -> list[tuple[str, str, str]]:
 def _lines(result: dict) -> list[str]:
     """What the table does not hold: the verdict, what differs, failures, overrides not applied, notes."""
     v, verdict = result["variant"], result["verdict"]
-    ratio = verdict.get("ratios", {}).get(VARIANT, {}).get("ms_per_step")
-    out = [f"verdict: {verdict['outcome']}" + (f" ({ratio:.2f}x the as-is ms per step)" if ratio else "")
+    times = verdict.get("ratios", {}).get(VARIANT, {}).get("ms_per_step")
+    out = [f"verdict: {verdict['outcome']}" + (f" ({ratio(times)} the as-is ms per step)" if times else "")
            + (f"; {verdict['rule']}" if verdict["outcome"] == "indistinguishable" else "")]
     out += [f"answers: {d}" for d in result["output_differences"]]
+    if result["dtype_differences"]:
+        out += [f"held in another dtype: {d}" for d in result["dtype_differences"]]
+        out.append("a tensor held in another dtype computes other numbers, which can part a greedy answer")
     out += [f"variant failed: {e} (exit codes {v['exit_codes']})" for e in v["errors"]]
     if v["overrides_applied"] is False:
         out += [f"overrides not applied: {x}" for x in v["not_applied"]]
@@ -74,13 +79,9 @@ def render_text(result: dict) -> str:
 
 
 def render_markdown(result: dict, comparison: Comparison) -> str:
-    def cell(x: str) -> str:
-        return md_inline(x).replace("|", "\\|")
-
-    out = [f"### dstrace try: `{cell(describe(list(result['overrides'].items())))}`", "",
-           "| | as-is | variant |", "|---|---|---|"]
-    out += [f"| {cell(a)} | {cell(b)} | {cell(c)} |" for a, b, c in _rows(result)]
-    out += [""] + [f"- {cell(x)}" for x in _lines(result)]
+    out = [f"### dstrace try: `{md_cell(describe(list(result['overrides'].items())))}`", ""]
+    out += md_table(["", "as-is", "variant"], _rows(result))
+    out += [""] + [f"- {md_cell(x)}" for x in _lines(result)]
     return ("\n".join(out) + "\n\n<details><summary>The comparison</summary>\n\n"
             + render_comparison(comparison, "markdown") + "\n</details>\n")
 

@@ -117,6 +117,33 @@ def same_output(as_is: list[dict[int, Manifest]], variant: list[dict[int, Manife
     return not differ, differ
 
 
+def dtype_differences(as_is: list[dict[int, Manifest]], variant: list[dict[int, Manifest]]) -> list[str]:
+    """Weights and floating-point buffers that the two sides hold in different dtypes (the first complete run of
+    each, rank by rank's inventory): where a change of config also changes what is computed, e.g. ZeRO-3's
+    `zero.Init` casting every floating tensor a module builds, rotary frequencies included, to the config's dtype."""
+    if not as_is or not variant:
+        return []
+    out = []
+    for rank in sorted(set(as_is[0]) & set(variant[0])):
+        a, v = as_is[0][rank].inventory, variant[0][rank].inventory
+        if a is None or v is None:
+            continue
+        tensors = [("weight", {w.name: w.dtype for w in a.weights}, {w.name: w.dtype for w in v.weights}),
+                   ("buffer", a.buffer_dtypes, v.buffer_dtypes)]
+        for kind, mine, theirs in tensors:
+            pairs: dict[tuple[str, str], list[str]] = {}
+            for name in sorted(set(mine) & set(theirs)):
+                if mine[name] != theirs[name]:
+                    pairs.setdefault((mine[name], theirs[name]), []).append(name)
+            for (was, now), names in sorted(pairs.items()):
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                out.append(f"rank {rank}: {len(names)} {kind}{'s' if len(names) > 1 else ''} {was} as-is, {now} "
+                           f"in the variant ({shown})")
+        if out:
+            break
+    return out
+
+
 def outcome(comparison: Comparison, as_is: Side, variant: Side) -> str:
     """faster | slower | indistinguishable (the comparison's rule) | variant failed | not timed."""
     if variant.complete == 0:

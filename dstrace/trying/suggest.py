@@ -6,10 +6,10 @@ import json
 import os
 from collections import Counter
 
-from dstrace.analysis.render.common import size
 from dstrace.errors import UserError
 from dstrace.runfolder.names import MANIFEST_SUFFIX
 from dstrace.runfolder.records import Manifest, read_manifest
+from dstrace.units import size
 
 AUTOTP_TRAINING_KEY = (0, 16, 4)
 """DeepSpeed before 0.16.4 has no `tensor_parallel` key in its training config: it ignores the block."""

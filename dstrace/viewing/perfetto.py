@@ -8,15 +8,20 @@ arguments. The `perfetto` package's trace builder writes it offline; nothing is 
 Each slice becomes a begin and an end event. Events of one track are emitted properly nested (a
 child that outlives its parent is cut at the parent's end, as Kineto's rounding sometimes makes
 it) and the whole file is in timestamp order, each track's own order kept for equal timestamps.
+`write_merged_trace` is the whole view: a run loaded, its timeline built, the file written.
 """
 from __future__ import annotations
 
 import heapq
+import os
+import sys
 from typing import IO, Iterator
 
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackDescriptor, TrackEvent
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
+from dstrace.errors import UserError
+from dstrace.runfolder.names import MERGED_NAME, beside
 from dstrace.viewing.timeline import Timeline
 
 SEQUENCE_ID = 1  # every packet is written by this one writer
@@ -101,3 +106,29 @@ def write_perfetto(timeline: Timeline, out: IO[bytes]) -> int:
                 _annotate(event, args)
         builder.write_packet(packet)
     return len(s)
+
+
+def write_merged_trace(run_dir: str, output: str | None = None, steps: str | None = None, cpu_ops: bool = True,
+                       clock_policy: str = "auto") -> str:
+    """Load the run, build the merged timeline and write it as a Perfetto trace; returns the path."""
+    from dstrace.analysis.loading import load_run
+    from dstrace.runfolder.files import atomic_file, output_file
+    from dstrace.viewing.timeline import build_timeline, parse_step_window
+
+    window = parse_step_window(steps)
+    run = load_run(run_dir, events=True)
+    if not run.traces:
+        raise UserError(f"no traces in {run_dir}: the ranks ended before their profiling window")
+    timeline = build_timeline(run, window=window, cpu_ops=cpu_ops, clock_policy=clock_policy)
+    path = os.path.abspath(output or beside(run_dir, MERGED_NAME))
+    try:
+        with (output_file if output else atomic_file)(path, "wb") as f:
+            count = write_perfetto(timeline, f)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    shifted = ", ".join(f"rank {p.rank} {p.clock_shift_us / 1e3:+.3f} ms" for p in timeline.processes if p.clock_shift_us)
+    print(f"dstrace: {count} slices of {len(timeline.processes)} rank(s), {timeline.flow_count} collective links"
+          + (f", clocks shifted: {shifted}" if shifted else "") + "; open it at https://ui.perfetto.dev",
+          file=sys.stderr)
+    print(path)
+    return path

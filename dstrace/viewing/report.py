@@ -9,10 +9,9 @@ import os
 import pathlib
 
 from dstrace.runfolder.files import write_output, write_text_atomic
-from dstrace.runfolder.names import REPORT_NAME
+from dstrace.runfolder.names import REPORT_NAME, beside
 from dstrace.errors import UserError
 from dstrace.say import say, warn
-
 
 
 def write_report(run_dir: str, output: str | None = None, clock_policy: str = "auto") -> str:
@@ -22,8 +21,6 @@ def write_report(run_dir: str, output: str | None = None, clock_policy: str = "a
     report, warnings = report_of(run_dir, "html", clock_policy=clock_policy)
     for warning in warnings:
         warn(warning)
-    from dstrace.viewing import beside
-
     path = os.path.abspath(output or beside(run_dir, REPORT_NAME))
     try:
         (write_output if output else write_text_atomic)(path, report)

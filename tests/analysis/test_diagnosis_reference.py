@@ -11,14 +11,15 @@ import statistics
 
 import pytest
 
-from dstrace.analysis import findings as F
-from dstrace.analysis.host import host_wait_share
+from dstrace.analysis.findings import communication, host, parallelism
+from dstrace.analysis.findings.host import host_wait_share
 from dstrace.analysis.render import render
 from dstrace.analysis.render.common import SPAN_PARTS, rank_rows, shares, span_parts
 from dstrace.analysis.shift import SHIFT_RATIO, UNREPRESENTATIVE_RATIO
 from dstrace.analysis.steps import decode_step_ms
 from dstrace.explain import doc_link
 from dstrace.runfolder.records import read_manifest
+from dstrace.units import ms
 from tests.fixtures.paths import ROOT, TRACES
 from tests.fixtures.reports import analyze_dir, findings_by_id
 
@@ -56,7 +57,7 @@ def test_every_finding_says_why_and_what_to_do(runs):
 def test_tp_not_applied_cause_names_the_installed_release_and_the_remedy_the_split(runs):
     f = findings_by_id(runs["tp2-ds016"])["tp-not-applied"]
     version = {m.versions["deepspeed"] for m in manifests("tp2-ds016").values()}.pop()
-    assert F._release(version) < F.AUTOTP_FIXED  # the run's own DeepSpeed is of the era that ignored the key
+    assert parallelism.release(version) < parallelism.AUTOTP_FIXED  # the run's own DeepSpeed is of the era that ignored the key
     assert f"DeepSpeed {version}" in f.cause and "ignored" in f.cause
     assert "ZeRO-3 partitions parameter storage" in f.cause
     assert "deepspeed.init_inference" in f.remedy and "device_map" in f.remedy and "tp_plan" in f.remedy
@@ -78,7 +79,7 @@ def test_zero3_cause_splits_the_gathers_into_transfer_and_wait(runs):
     expect = statistics.median(a.ranks[r].collectives["AllGather"].wait_us / a.steps.per_rank[r]["count"]
                                for r in a.ranks)
     assert link["wait_us"] == pytest.approx(expect)
-    assert f"{link['wait_us'] / 1e3:.1f} ms of waiting for peers" in f.cause
+    assert f"{ms(link['wait_us'])} of waiting for peers" in f.cause
 
 
 def test_span_parts_add_up_and_waiting_is_not_transfer(runs):
@@ -108,7 +109,7 @@ def test_straggler_or_jitter_follows_who_is_last(runs):
         found = findings_by_id(a)
         share = straggler_share(a)
         top = max(share, key=share.get)
-        if share[top] >= F.STRAGGLER_SHARE:
+        if share[top] >= communication.STRAGGLER_SHARE:
             f = found["peer-wait"]
             assert "mutual-wait" not in found and top not in f.ranks
             assert f"rank {top} arrives last" in f.summary and f"rank {top}" in f.remedy
@@ -134,7 +135,7 @@ def test_host_bound_names_the_worst_rank_first(runs):
         assert f.ranks[0] == worst
         assert f.summary.startswith(f"GPU idle {idle_fraction(a.ranks[worst]):.0%} of ") and \
             f" on rank {worst}" in f.summary.split(";")[0]
-        assert host_wait_share(a.ranks[worst].host_time) >= F.HOST_BOUND_HOST_WAIT_SHARE
+        assert host_wait_share(a.ranks[worst].host_time) >= host.HOST_BOUND_HOST_WAIT_SHARE
     # the run where the lowest rank is not the worst one: rank 1 idles more than rank 0
     a = runs["ds0198"]
     assert idle_fraction(a.ranks[1]) > idle_fraction(a.ranks[0]) and findings_by_id(a)["host-bound"].ranks[0] == 1
@@ -148,7 +149,7 @@ def test_host_bound_says_mostly_only_when_it_is(runs):
         s = a.ranks[f.ranks[0]]
         where = s.host_time.get("in_dstrace_ranges") or s.host_time.get("top_cpu_ops")
         name, us = next(iter(where.items()))
-        if us / s.host_time["gpu_idle_us"] >= F.HOST_BOUND_MOSTLY_SHARE:
+        if us / s.host_time["gpu_idle_us"] >= host.HOST_BOUND_MOSTLY_SHARE:
             assert f"mostly in {name}" in f.summary
             modes.add("mostly")
         else:

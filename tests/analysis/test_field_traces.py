@@ -178,14 +178,14 @@ def test_communication_bound_without_zero3_or_decoding_names_neither(tmp_path):
 
 def test_no_nccl_tests_advice_on_cpu_collectives():
     """gloo's collectives run on the host: nccl-tests measures nothing they use."""
-    from dstrace.analysis import findings
+    from dstrace.analysis.findings.communication import communication_bound
     from dstrace.analysis.model import RankSummary
 
     s = RankSummary(rank=0, file="rank0.json", host=None, span_us=1_000.0, idle_us=0.0,
                     busy_us={"compute": 200.0, "communication": 800.0}, exposed_comm_us=800.0, collectives={},
                     comm_us=800.0, wait_us=0.0, waited_for={}, late_count=0, caused_wait_us=0.0)
-    cpu = findings.communication_bound({0: s}, "cpu", findings.Mechanisms(zero3=False, decoding=False, gpu=False))
-    gpu = findings.communication_bound({0: s}, "gpu", findings.Mechanisms(zero3=False, decoding=False, gpu=True))
+    cpu = communication_bound(inputs_of({0: s}, device="cpu"))
+    gpu = communication_bound(inputs_of({0: s}, device="gpu"))
     assert "nccl-tests" not in cpu.remedy and "nccl-tests" in gpu.remedy
     assert not any(word in cpu.remedy for word in SEED_REMEDIES)
 
@@ -226,6 +226,15 @@ def test_public_bare_spans_get_no_shares(tmp_path, name, what):
     assert a.ranks[0].sparse == what and a.findings == []
 
 
+def inputs_of(ranks: dict, device: str = "gpu", run=None, steps=None):
+    """What a finding's check reads, for summaries made by hand: no ZeRO-3, no decoding steps."""
+    from dstrace.analysis.findings import FindingInputs, Mechanisms
+    from dstrace.analysis.model import LoadedRun
+
+    run = run or LoadedRun(trace_dir="/nonexistent", traces={}, world_size=len(ranks))
+    return FindingInputs(run, ranks, steps, device, Mechanisms(zero3=False, decoding=False, gpu=device == "gpu"))
+
+
 def summary_of(rank: int, **kw):
     from dstrace.analysis.model import RankSummary
 
@@ -237,17 +246,18 @@ def summary_of(rank: int, **kw):
 
 def test_mutual_wait_without_host_bound_does_not_point_to_it():
     """Each rank late to half the collectives (jitter), no rank host-bound: no 'see host-bound'."""
-    from dstrace.analysis import findings
+    from dstrace.analysis.findings.communication import waiting_for_peers
 
     ranks = {r: summary_of(r, waited_for={1 - r: 2_000.0}, late_count=5, caused_wait_us=2_000.0) for r in (0, 1)}
-    f = findings.peer_wait(ranks, "gpu", findings.Mechanisms(zero3=False, decoding=False, gpu=True))
+    f = waiting_for_peers(inputs_of(ranks))
     assert f.id == "mutual-wait" and "see host-bound" not in f.remedy and "ZeRO-3" not in f.remedy
 
 
 def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
     """Peer wait counted over the whole all-reduce (900 of 1000 us) against 300 us exposed read '300% of the
-    exposed time'; the share is of the all-reduce time, and peer-wait is named only when it is a finding."""
-    from dstrace.analysis import findings
+    exposed time'; the share is of the all-reduce time, and peer-wait is named only when it is a finding: here
+    when a second rank, late to every collective, is the straggler rank 0 waits on."""
+    from dstrace.analysis.findings.communication import ddp_allreduce_exposed
     from dstrace.analysis.model import CollectiveStats, LoadedRun, StepSummary
     from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, Window
 
@@ -261,9 +271,11 @@ def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
                  pid=1, started=0.0, window=window)
     run = LoadedRun(trace_dir="/nonexistent", traces={}, world_size=2, manifests={0: m})
     steps = StepSummary(count=3, ms_median=0.6, source="ProfilerStep ranges", per_rank={0: {"count": 3}}, decode=False)
-    f = findings.ddp_allreduce_exposed(run, {0: s}, steps)
+    f = ddp_allreduce_exposed(inputs_of({0: s}, run=run, steps=steps))
     assert "90% of rank 0's all-reduce time is waiting for a later peer" in f.cause and "see peer-wait" not in f.cause
-    assert "see peer-wait" in findings.ddp_allreduce_exposed(run, {0: s}, steps, peer_finding=True).cause
+    late = summary_of(1, span_us=2_000.0, exposed_comm_us=0.0, comm_us=100.0, wait_us=0.0, late_count=3,
+                      caused_wait_us=900.0)
+    assert "see peer-wait" in ddp_allreduce_exposed(inputs_of({0: s, 1: late}, run=run, steps=steps)).cause
 
 
 def test_steps_say_no_manifests_only_without_manifests(tmp_path):

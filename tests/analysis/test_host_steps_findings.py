@@ -1,7 +1,7 @@
 """Host-bound detection, per-step numbers, and the manifest-based findings."""
 import pytest
 
-from dstrace.analysis.findings import HOST_BOUND_IDLE_FRACTION
+from dstrace.analysis.findings.host import HOST_BOUND_IDLE_FRACTION
 from tests.fixtures.reports import analyze_dir, finding_ids
 from tests.fixtures.runs import write_manifest
 from tests.fixtures.traces import TraceBuilder, write_zero3_traces

@@ -85,8 +85,8 @@ def test_case2_a_window_covering_the_change_finds_it_and_names_what_grew(tmp_pat
     assert call["start"] == 4 and call["kind"] == "profiled"
     assert call["before_ms"] == 36.0 and call["after_ms"] == 76.5
     assert call["window"]["where"] == "straddles" and call["window"]["steps"] == [2, 3, 4, 5]
-    assert "aten::_cudnn_attention_forward 2.5 -> 20.0 ms" in f.summary
-    assert "grew from 2.5 to 20.0 ms per step" in f.cause
+    assert "aten::_cudnn_attention_forward 2.50 -> 20.00 ms" in f.summary
+    assert "grew from 2.50 to 20.00 ms per step" in f.cause
 
 
 # ---- case 3: ZeRO-3, window steps 2-25 at ~292 ms, ~212 ms unprofiled: no change of regime -------------------

@@ -77,7 +77,7 @@ def test_a_window_across_the_change_names_what_grew(tmp_path):
     grew = max(call["work_growth_us"].items(), key=lambda kv: kv[1]["after_us"] - kv[1]["before_us"])
     assert grew[0] == "aten::planner"
     assert grew[1]["before_us"] == pytest.approx(1_000.0) and grew[1]["after_us"] == pytest.approx(15_000.0)
-    assert "aten::planner grew from 1.0 to 15.0 ms per step" in f.cause
+    assert "aten::planner grew from 1.00 to 15.00 ms per step" in f.cause
     assert "straddles the change" in f.summary
 
 

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from dstrace.recording.launcher import finish
+from dstrace.commands.record import finish
 from dstrace.runfolder.records import RUN_SCHEMA, RunRecord
 from tests.fixtures.paths import LAUNCH
 from tests.fixtures.processes import dstrace, torchrun

@@ -141,6 +141,12 @@ def test_a_change_of_dtype_that_changes_the_answer_says_so(checkpoints, tmp_path
     assert report["same_output"] is False
     assert report["output_differences"] == ["variant rep1: rank 0 call 1: different token ids",
                                             "variant rep1: rank 1 call 1: different token ids"]
+    as_is, variant = (manifests(os.path.join(str(tmp_path / "bf16"), side, "rep1"))[0]["inventory"]
+                      for side in ("as-is", "variant"))
+    weights = {w["name"]: (w["dtype"], v["dtype"]) for w, v in zip(as_is["weights"], variant["weights"])}
+    assert set(weights.values()) == {("float32", "bfloat16")}
+    assert report["dtype_differences"][0] == (f"rank 0: {len(weights)} weights float32 as-is, bfloat16 in the "
+                                              f"variant ({', '.join(sorted(weights)[:3])} and {len(weights) - 3} more)")
 
 
 def test_a_variant_that_fails_keeps_its_exit_code_and_error(checkpoints, tmp_path):

@@ -1,26 +1,10 @@
-"""Number formatting and the per-rank table shared by the text, markdown and html renderers."""
+"""The tables and lines shared by the text, markdown and html renderers (their numbers written by `dstrace.units`)."""
 from __future__ import annotations
 
 from dstrace.analysis.model import Analysis, Finding
 from dstrace.analysis.steps import MANIFEST_COVERS
 from dstrace.rankset import ranges, ranks_text
-
-
-def ms(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1e3:.2f} ms"
-
-
-def pct(part: float, whole: float) -> str:
-    return f"{part / whole:.0%}" if whole else "-"
-
-
-def size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
+from dstrace.units import gbps, ms, size, step_ms
 
 
 def device_label(a: Analysis) -> str:
@@ -212,8 +196,7 @@ def collective_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
             none_split = c.busbw_transfer_GBps is None
             row = [str(r), kind, str(c.count), size(c.bytes), ms(c.kernel_us),
                    "-" if none_split else ms(c.wait_us), "-" if none_split else ms(c.transfer_us),
-                   f"{c.algbw_GBps:.2f}", f"{c.busbw_GBps:.2f}",
-                   "-" if none_split else f"{c.busbw_transfer_GBps:.2f}"]
+                   gbps(c.algbw_GBps), gbps(c.busbw_GBps), gbps(c.busbw_transfer_GBps)]
             rows.append(row + ([ms(c.unsplit_us)] if withheld else []))
     return head, rows
 
@@ -227,7 +210,7 @@ def step_time_line(a: Analysis) -> str | None:
     times = "median of " + (f"{s.ms_per_step_samples} step times" if s.ms_per_step_samples != 1 else "1 step time")
     counted = (f"{times} ({s.ms_per_step_per_rank} per rank, {s.ms_per_step_ranks} "
                f"rank{'' if s.ms_per_step_ranks == 1 else 's'})" if s.ms_per_step_ranks else times)
-    return f"{s.ms_per_step:.1f} ms per {noun}: {counted}: {s.ms_per_step_covers}"
+    return f"{step_ms(s.ms_per_step)} per {noun}: {counted}: {s.ms_per_step_covers}"
 
 
 def steps_line(a: Analysis) -> str | None:
@@ -242,7 +225,7 @@ def steps_line(a: Analysis) -> str | None:
         kept_all = s.ms_per_step_covers not in (None, MANIFEST_COVERS) and s.ms_per_step_per_rank >= s.count
         left = ("every traced step in the median" if kept_all else
                 "steps where it started or stopped left out of the median")
-        line = (f"profiled window: {s.count} {noun} per call and rank, median {s.ms_median:.1f} ms/step "
+        line = (f"profiled window: {s.count} {noun} per call and rank, median {step_ms(s.ms_median)}/step "
                 f"({s.source}, profiler overhead included; {left})")
     if s.profiler_cost:
         line += f"; {s.profiler_cost['line']}"

@@ -13,6 +13,7 @@ from dstrace.analysis.render.common import (
     SPAN_PARTS, collective_rows, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of, span_parts,
     shown_parts, step_time_line, steps_line, used_terms,
 )
+from dstrace.units import ms, percent, step_ms
 
 COLORS = {"compute": "#4c78a8", "transfer": "#e45756", "wait for peers": "#f2a541", "split withheld": "#bab0ac",
           "other busy": "#b279a2", "idle": "#d8d8d8"}
@@ -50,7 +51,7 @@ def time_bars(a: Analysis) -> str:
             if w <= 0:
                 continue
             svg.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{COLORS[name]}">'
-                       f'<title>rank {r} {name}: {us / 1e3:.2f} ms ({us / s.span_us:.0%})</title></rect>')
+                       f'<title>rank {r} {name}: {ms(us)} ({percent(us / s.span_us)})</title></rect>')
             x += w
     ly = h - 12
     for j, (name, color) in enumerate(COLORS.items()):
@@ -130,8 +131,8 @@ def step_plot(a: Analysis, call: int) -> str:
     def x_of(step: float) -> float:
         return left + width * (step - 0.5) / max(last, 1)
 
-    def y_of(ms: float) -> float:
-        return top + height - height * ms / ymax
+    def y_of(value: float) -> float:
+        return top + height - height * value / ymax
 
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + left + 30}" height="{height + top + bottom + 26}" '
            f'role="img" class="step-plot" data-call="{call}"><title>call {call}: ms per decode step per rank</title>',
@@ -160,13 +161,13 @@ def step_plot(a: Analysis, call: int) -> str:
                    f'<text x="{x + 4:.1f}" y="{top + 12}" font-size="11" fill="#e45756">shift at step {shift}</text>')
     for j, s in enumerate(series):
         color = RANK_COLORS[j % len(RANK_COLORS)]
-        points = [(i, ms) for i, ms in enumerate(s.step_ms) if i >= 1]
+        points = [(i, t) for i, t in enumerate(s.step_ms) if i >= 1]
         svg.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="'
-                   + " ".join(f"{x_of(i):.1f},{y_of(ms):.1f}" for i, ms in points) + '"/>')
-        for i, ms in points:
+                   + " ".join(f"{x_of(i):.1f},{y_of(t):.1f}" for i, t in points) + '"/>')
+        for i, t in points:
             kind = s.kinds[i] if i < len(s.kinds) else None
-            title = f"rank {s.rank} step {i}: {ms:.1f} ms" + (f" ({kind})" if kind else "")
-            svg.append(_marker(kinds.index(kind) if kind in kinds else 0, x_of(i), y_of(ms), color, title))
+            title = f"rank {s.rank} step {i}: {step_ms(t)}" + (f" ({kind})" if kind else "")
+            svg.append(_marker(kinds.index(kind) if kind in kinds else 0, x_of(i), y_of(t), color, title))
     ly = top + height + bottom
     for j, s in enumerate(series):
         svg.append(f'<circle cx="{left + 8 + j * 70}" cy="{ly - 4}" r="5" fill="{RANK_COLORS[j % len(RANK_COLORS)]}"/>'

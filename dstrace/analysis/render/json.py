@@ -10,12 +10,13 @@ from dstrace.analysis.model import Analysis
 SCHEMA = "dstrace.analysis/1"
 
 
-def _clean(value):
-    """JSON-safe: NaN/inf become null, numpy scalars plain numbers, tuple keys strings."""
+def json_safe(value):
+    """JSON-safe: NaN/inf become null, numpy scalars plain numbers, tuple keys strings (the analysis's and the
+    comparison's documents)."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -39,7 +40,7 @@ def to_dict(a: Analysis) -> dict:
     if a.steps is not None:
         steps = dataclasses.asdict(a.steps)
         steps["per_rank"] = {str(r): v for r, v in a.steps.per_rank.items()}
-    return _clean({
+    return json_safe({
         "schema": SCHEMA, "trace_dir": a.trace_dir, "run_id": a.run_id, "device": a.device,
         "world_size": a.world_size, "ranks_found": a.ranks_found, "missing_ranks": a.missing_ranks,
         "ranks": ranks, "steps": steps,

@@ -10,13 +10,15 @@ from dstrace.analysis.render.common import (
 )
 
 
-def _cell(text: str) -> str:
+def md_cell(text: str) -> str:
+    """An untrusted value inside a markdown table's cell (`md_inline`, and no `|` that would end the cell)."""
     return md_inline(text).replace("|", "\\|")
 
 
 def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(map(_cell, head)) + " |", "|" + "---|" * len(head)] + \
-        ["| " + " | ".join(map(_cell, r)) + " |" for r in rows]
+    """The lines of a markdown table, every cell `md_cell`: the one table of every markdown report."""
+    return ["| " + " | ".join(map(md_cell, head)) + " |", "|" + "---|" * len(head)] + \
+        ["| " + " | ".join(map(md_cell, r)) + " |" for r in rows]
 
 
 def render_markdown(a: Analysis, verbose: bool = False) -> str:

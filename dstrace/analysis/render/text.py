@@ -16,6 +16,7 @@ from dstrace.analysis.render.common import (
 from dstrace.analysis.render.terminal import Screen, capture
 from dstrace.explain import doc_link
 from dstrace.say import one_line
+from dstrace.units import ms, percent, us
 
 INDENT = 2
 
@@ -127,17 +128,16 @@ def _hta_lines(a: Analysis) -> list[str]:
         if t and s.sparse:
             out.append(f"rank {r}: HTA's shares left out: {s.sparse}, too little to split (as in the table above)")
         elif t:
-            causes = ", ".join(f"{k} {v / 1e3:.2f} ms" for k, v in (s.hta.get("idle_causes_us") or {}).items())
+            causes = ", ".join(f"{k} {ms(v)}" for k, v in (s.hta.get("idle_causes_us") or {}).items())
             overlap = s.hta.get("comm_comp_overlap_pct")
-            out.append(f"rank {r}: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
-                       + _communication_in_compute(t) + f", non-compute {t['non_compute_pct']:.1f}%"
-                       + (f", comm/compute overlap {overlap:.1f}%" if overlap is not None else "")
+            out.append(f"rank {r}: HTA's own idle {_hta_pct(t['idle_pct'])}, compute {_hta_pct(t['compute_pct'])}"
+                       + _communication_in_compute(t) + f", non-compute {_hta_pct(t['non_compute_pct'])}"
+                       + (f", comm/compute overlap {_hta_pct(overlap)}" if overlap is not None else "")
                        + (f"; HTA's idle causes (summed over streams, not a share of the GPU's idle): {causes}"
                           if causes else ""))
         where = s.host_time.get("in_dstrace_ranges") or {}
         if where:
-            out.append(f"rank {r}: host during GPU idle: " + ", ".join(f"{k} {v / 1e3:.2f} ms"
-                                                                        for k, v in where.items()))
+            out.append(f"rank {r}: host during GPU idle: " + ", ".join(f"{k} {ms(v)}" for k, v in where.items()))
     return out
 
 
@@ -187,7 +187,7 @@ def draw(console, a: Analysis, verbose: bool) -> None:
     applied = {r: o for r, o in a.clock.items() if o.applied}
     if verbose and applied:
         heading("Clock alignment (on ends of matched collectives)")
-        items([f"rank {r}: offset {o.offset_us:+.1f} us vs rank {o.via}, residual {o.residual_us or 0:.1f} us over "
+        items([f"rank {r}: offset {us(o.offset_us, signed=True)} vs rank {o.via}, residual {us(o.residual_us or 0)} over "
                f"{o.matched} collectives" for r, o in sorted(applied.items())])
     for label, found, style in (("Notes", a.notes, ""), ("Warnings", a.warnings, "yellow")):
         if found:
@@ -214,6 +214,12 @@ def render_text(a: Analysis, screen: Screen | None = None) -> str:
     return capture(screen, lambda console: draw(console, a, screen.verbose))
 
 
+def _hta_pct(value: float) -> str:
+    """One of HTA's own percentages, already 0-100 (dividing by 100 to use `units.percent` could move a
+    rounding at the last digit)."""
+    return f"{value:.1f}%"
+
+
 def _communication_in_compute(temporal: dict) -> str:
     """What of HTA's compute is communication dstrace recognised (DeepEP, custom all-reduce...), which HTA
     types as computation: said next to HTA's compute share, never left for a reader to take as compute."""
@@ -221,6 +227,6 @@ def _communication_in_compute(temporal: dict) -> str:
     span = temporal.get("span_us") or 0.0
     if not typed or not span > 0:
         return ""
-    parts = " and ".join(f"{us / 1e3:.2f} ms of {lib} communication kernels ({us / span:.1%} of the span)"
-                         for lib, us in sorted(typed.items()))
+    parts = " and ".join(f"{ms(t)} of {lib} communication kernels ({percent(t / span, 1)} of the span)"
+                         for lib, t in sorted(typed.items()))
     return f" (it includes {parts}, which HTA types as computation)"
