@@ -1,17 +1,19 @@
 """How long `dstrace analyze` takes, and how much memory it holds, on a run of many ranks read from their
-summaries (issue #8: 256 ranks in under a minute; issue #29: 1,024 ranks under 8 s, 10,000 under 60 s,
-under 2 GB). The run is the one tests/multinode/test_scale.py checks for correctness
+kept reductions alone (issue #8: 256 ranks in under a minute; issue #29: 1,024 ranks under 8 s, 10,000
+under 60 s, under 2 GB). The run is the one tests/multinode/test_scale.py checks for correctness
 (`dstrace.testing.scale_run`): ranks on hosts of 8, 360 collectives each, clocks off by a known offset per
-host, one late rank.
+host, one late rank, no traces.
 
     python bench/summaries_scale.py --world 1024 --repeats 3
     python bench/summaries_scale.py --world 256 --against /tmp/old-checkout   # old vs new, alternating
     python bench/summaries_scale.py --world 10000 --repeats 1 --record analysis/bench-scale.json
 
-Each analysis is a fresh `python -m dstrace.cli analyze` (kept report removed first); its wall time, CPU
-time (user + system) and peak resident memory come from the child's own rusage (`os.wait4`). On a shared
-machine the wall time includes waiting for a core: compare by the CPU time, or old against new run in
-the same minutes (`--against`), whose reports must also be identical.
+Each checkout writes the run with its own generator (the file format may differ between them), into its
+own folder. Each analysis is a fresh `python -m dstrace.cli analyze` (kept report removed first); its wall
+time, CPU time (user + system) and peak resident memory come from the child's own rusage (`os.wait4`). On
+a shared machine the wall time includes waiting for a core: compare by the CPU time, or old against new
+run in the same minutes (`--against`), whose reports must be byte-identical once the folder's path and
+the notes naming the files the ranks were read from (`SOURCE_NOTES`) are set aside.
 """
 from __future__ import annotations
 
@@ -20,27 +22,35 @@ import json
 import os
 import platform
 import shutil
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # the checkout's dstrace, as every bench/ script
+SOURCE_NOTES = re.compile(r'^\s*"(?:read from the \d+ rank summaries|ranks? [\d, -]+ read from their kept reductions'
+                          r'|[a-z0-9-]+: (?:full traces in|its ranks\' traces, not in) ).*",?$')
+"""The notes that say which files the ranks were read from: they name the file format, which differs
+between checkouts of different formats (one JSON line each in the report)."""
 
 
-def write_run(folder: str, world: int, workers: int) -> float:
-    """The synthetic run, written by `workers` processes; seconds taken."""
-    from dstrace.testing.scale_run import write_run as write
+def _env(repo: str) -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([repo] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+                OMP_NUM_THREADS="1")
 
-    t0 = time.perf_counter()
+
+def write_run(folder: str, world: int, workers: int, repo: str) -> float:
+    """The synthetic run, written by `workers` processes with checkout `repo`'s generator; seconds taken."""
     late = min(77, world - 1)
-    with ProcessPoolExecutor(workers) as pool:
-        for done in [pool.submit(write, folder, world=world, late_rank=late, ranks=range(i, world, workers))
-                     for i in range(workers)]:
-            done.result()
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", "import sys; from dstrace.testing.scale_run import write_run; "
+                               f"write_run(sys.argv[1], world={world}, late_rank={late}, "
+                               f"ranks=range({i}, {world}, {workers}))", folder], cwd=repo, env=_env(repo))
+             for i in range(workers)]
+    if any(p.wait() != 0 for p in procs):
+        sys.exit(f"writing the run with {repo} failed")
     return time.perf_counter() - t0
 
 
@@ -49,10 +59,9 @@ def analyze(folder: str, repo: str, report: str) -> dict:
     for kept in os.listdir(folder):
         if kept.startswith(".dstrace-report."):
             os.unlink(os.path.join(folder, kept))  # time the analysis, not the kept report
-    env = dict(os.environ, PYTHONPATH=repo, OMP_NUM_THREADS="1")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "dstrace.cli", "analyze", folder, "--format", "json", "-o", report],
-                            cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            cwd=repo, env=_env(repo), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -64,12 +73,20 @@ def analyze(folder: str, repo: str, report: str) -> dict:
             "peak_rss_mib": round(rss_mib)}
 
 
-def same_reports(a: str, b: str) -> str | None:
-    """None when the two JSON reports are identical, else the first top-level key that differs."""
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        if fa.read() == fb.read():
-            return None
-    ja, jb = json.load(open(a)), json.load(open(b))
+def comparable(report: str, folder: str) -> str:
+    """A JSON report's text with its folder's path as <run> and without the `SOURCE_NOTES` lines."""
+    with open(report, encoding="utf-8") as f:
+        text = f.read().replace(folder, "<run>")
+    return "\n".join(line for line in text.splitlines() if not SOURCE_NOTES.match(line))
+
+
+def same_reports(a: str, folder_a: str, b: str, folder_b: str) -> str | None:
+    """None when the two JSON reports are byte-identical but for `comparable`'s changes, else the first
+    top-level key that differs."""
+    ta, tb = comparable(a, folder_a), comparable(b, folder_b)
+    if ta == tb:
+        return None
+    ja, jb = json.loads(ta), json.loads(tb)
     return next((k for k in sorted(set(ja) | set(jb)) if ja.get(k) != jb.get(k)), "(formatting)")
 
 
@@ -90,17 +107,21 @@ def main() -> None:
     ap.add_argument("--keep", metavar="DIR", help="write the run to DIR and keep it (default: a temporary folder)")
     args = ap.parse_args()
 
-    folder = args.keep or tempfile.mkdtemp(prefix="dstrace-scale-")
-    os.makedirs(folder, exist_ok=True)
+    base = args.keep or tempfile.mkdtemp(prefix="dstrace-scale-")
     reports = tempfile.mkdtemp(prefix="dstrace-scale-reports-")
     try:
-        wrote = write_run(folder, args.world, args.workers)
-        print(f"{args.world} ranks written in {wrote:.1f} s")
         checkouts = {"new": REPO} | ({"old": os.path.abspath(args.against)} if args.against else {})
+        folders = {name: os.path.join(base, name) for name in checkouts}
+        wrote = 0.0
+        for name, repo in checkouts.items():
+            os.makedirs(folders[name], exist_ok=True)
+            if not os.listdir(folders[name]):  # a kept folder is written once
+                wrote = write_run(folders[name], args.world, args.workers, repo)
+                print(f"{args.world} ranks written in {wrote:.1f} s with {name}")
         runs: dict[str, list[dict]] = {name: [] for name in checkouts}
         for i in range(args.repeats):
             for name, repo in (checkouts.items() if i % 2 == 0 else reversed(checkouts.items())):
-                runs[name].append(analyze(folder, repo, os.path.join(reports, f"{name}.json")))
+                runs[name].append(analyze(folders[name], repo, os.path.join(reports, f"{name}.json")))
                 print(f"  {name}: {runs[name][-1]}")
         result = {"world": args.world, "collectives_per_rank": 360, "host": platform.node(),
                   "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 1),
@@ -108,14 +129,15 @@ def main() -> None:
                   "command": "python bench/summaries_scale.py " + " ".join(sys.argv[1:]),
                   "write_s": round(wrote, 1)} | {name: summary(r) for name, r in runs.items()}
         if args.against:
-            differs = same_reports(os.path.join(reports, "new.json"), os.path.join(reports, "old.json"))
+            differs = same_reports(os.path.join(reports, "new.json"), folders["new"],
+                                   os.path.join(reports, "old.json"), folders["old"])
             result["reports_identical"] = differs is None
             result["ratio_cpu_old_over_new"] = round(result["old"]["cpu_s"] / result["new"]["cpu_s"], 2)
             result["ratio_wall_old_over_new"] = round(result["old"]["wall_s"] / result["new"]["wall_s"], 2)
             print("reports identical" if differs is None else f"REPORTS DIFFER at {differs!r}")
         for name in runs:
             s = result[name]
-            print(f"{args.world} ranks from summaries, {name}: median wall {s['wall_s']:.2f} s, CPU {s['cpu_s']:.2f} s, "
+            print(f"{args.world} ranks from kept reductions, {name}: median wall {s['wall_s']:.2f} s, CPU {s['cpu_s']:.2f} s, "
                   f"peak {s['peak_rss_mib']:.0f} MiB ({args.repeats} runs)")
         if args.record:
             kept = json.load(open(args.record)) if os.path.exists(args.record) else []
@@ -127,7 +149,7 @@ def main() -> None:
     finally:
         shutil.rmtree(reports, ignore_errors=True)
         if not args.keep:
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

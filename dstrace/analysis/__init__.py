@@ -9,28 +9,22 @@ the same options and nothing changed gets its kept report). The `dstrace analyze
 from __future__ import annotations
 
 
-def load_and_analyze(run_dir: str, source: str = "auto", clock_policy: str = "auto", workers: int | None = None,
-                     progress=None):
-    """The one way from a run folder to its Analysis: its traces, or its rank summaries, loaded and analyzed.
-    `progress(message)` hears what is being read (default: stderr)."""
-    from dstrace.analysis import summaries
-    from dstrace.analysis.loading import is_single_trace, load_run, stderr_progress
+def load_and_analyze(run_dir, clock_policy: str = "auto", workers: int | None = None, progress=None):
+    """The one way from a run folder to its Analysis: its ranks (each a trace, or a kept reduction that
+    answers for it or stands alone) loaded and analyzed. `run_dir`: the folder's path, or its `RunFolder` when
+    the caller has listed it. `progress(message)` hears what is being read (default: stderr)."""
+    from dstrace.analysis.loading import load_run, stderr_progress
     from dstrace.analysis.pipeline import analyze
 
     progress = progress or stderr_progress
-    if not is_single_trace(run_dir) and summaries.choose_source(run_dir, source) == "summaries":
-        run = summaries.load_summaries(run_dir)
-        progress(f"analyzing {len(run.traces)} rank summaries: collectives, cross-rank alignment")
-    else:
-        run = load_run(run_dir, progress=progress, workers=workers)
-        progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
+    run = load_run(run_dir, progress=progress, workers=workers)
+    progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
     return analyze(run, clock_policy=clock_policy)
 
 
-def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", source: str = "auto",
-              workers: int | None = None, screen=None) -> tuple[str, list[str]]:
+def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", workers: int | None = None,
+              screen=None) -> tuple[str, list[str]]:
     """The rendered report and its warnings, kept or analyzed now (`report_cache.report_of`)."""
     from dstrace.analysis import report_cache
 
-    return report_cache.report_of(run_dir, fmt, clock_policy=clock_policy, source=source, workers=workers,
-                                  screen=screen)
+    return report_cache.report_of(run_dir, fmt, clock_policy=clock_policy, workers=workers, screen=screen)

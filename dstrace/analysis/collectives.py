@@ -215,7 +215,7 @@ def _group_ranks(value) -> tuple[int, ...] | None:
 
 def _per_value(column: pd.Series, fn) -> np.ndarray:
     """fn of each value, called once per distinct object: a run has a few groups and millions of calls
-    naming them, each rank's calls sharing its decoded texts (`cache`), so objects are told apart by
+    naming them, each rank's calls sharing its decoded texts (`kept`), so objects are told apart by
     identity rather than by hashing a long "[0, 1, ...]" per call. fn must be pure."""
     values = column.to_numpy(dtype=object)
     codes, ids = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))

@@ -426,7 +426,7 @@ def hta_breakdowns(run: LoadedRun) -> tuple[dict[int, dict], list[str]]:
         if not trace.has_gpu:
             continue
         result = trace.reduced.hta
-        if result is None:  # read from a rank summary: the report says HTA needs the traces
+        if result is None:  # a reduction made without HTA's breakdowns (`dstrace.testing.scale_run`)
             continue
         out[rank] = result["breakdowns"]
         problems.extend(f"rank {rank}: {p}" for p in result["problems"])

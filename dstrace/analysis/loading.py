@@ -1,20 +1,22 @@
-"""Find the per-rank traces of a run folder, parse them, and refuse what cannot be analyzed.
+"""Parse the per-rank traces of a run folder, and refuse what cannot be analyzed.
 
-This module, with `tracefile` (parsing one file) and `cache` (the parsed form kept beside it), is where
-the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
+This module, with `runfolder.folder` (the folder listed once, its manifests read once), `tracefile`
+(parsing one file) and `kept` (a rank's reduction kept beside its trace, or alone), is where the analysis
+reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
 reduction, `reduction.RankReduction`, and its complete events as a DataFrame when asked for), the
 dstrace manifests when present, and warnings for what it skipped. Input that cannot be analyzed at all
 raises `UserError` with one line saying what is wrong.
 
-Ranks without a usable cache are parsed in worker processes, as many at once as there are CPUs and
-memory for (`parse_workers`); each worker parses its trace once, reduces it (HTA's breakdowns
-included) with only that rank in memory, and writes the cache, which the main process then reads: the
-first and every later analysis see the same reductions, and the main process never holds a rank's
-events unless the caller asks for them.
+Traces without a kept reduction that answers for them are parsed in worker processes, as many at once
+as there are CPUs and memory for (`parse_workers`); each worker parses its trace once, reduces it (HTA's
+breakdowns included) with only that rank in memory, and keeps the reduction, which the main process then
+reads: the first and every later analysis see the same reductions, and the main process never holds a
+rank's events unless the caller asks for them. A kept reduction whose trace is not in the folder is the
+rank (`kept`).
 """
 from __future__ import annotations
 
-import json
+import contextlib
 import multiprocessing
 import os
 import re
@@ -29,21 +31,21 @@ import numpy as np
 import pandas as pd
 
 from dstrace.errors import UserError
-from dstrace.analysis import cache, hta_breakdown, reduction, tracefile
-from dstrace.analysis.findings import error_line
+from dstrace.analysis import hta_breakdown, kept, reduction, tracefile
 from dstrace.analysis.model import LoadedRun, RankTrace
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.runfolder import untrusted
-from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name
-from dstrace.runfolder.records import Manifest, RunRecord, read_manifest, read_run, why_no_trace
+from dstrace.runfolder.folder import (FolderFile, NotAFolder, RunFolder, UnreadableFolder, dstrace_metadata,
+                                      host_of, implausible, rank_of, world_of)
+from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE
+from dstrace.runfolder.records import Manifest, RunRecord, error_line, why_no_trace
 from dstrace.say import say
 
 
 ARG_COLUMNS = tracefile.ARG_COLUMNS
 EVENT_COLUMNS = ["name", "cat", "pid", "tid", "ts", "dur", "end", "is_gpu"] + [c for c, _ in ARG_COLUMNS]
-HOST_IN_NAME = re.compile(r"^(?P<host>.+?)_rank\d+")
 
 Progress = Callable[[str], None]
 
@@ -65,41 +67,15 @@ def stderr_progress(message: str) -> None:
     say(message)
 
 
-def folder_names(trace_dir: str) -> list[str]:
-    """The names in a run folder, sorted; UserError when it is not a folder or cannot be read."""
-    if not os.path.isdir(trace_dir):
-        raise UserError(f"{trace_dir} is not a folder; give the folder holding the per-rank traces")
+def run_folder(trace_dir: str) -> RunFolder:
+    """The run folder (or the one trace) at `trace_dir`, listed once; UserError when it is not a folder or
+    cannot be read."""
     try:
-        return sorted(os.listdir(trace_dir))
-    except OSError as exc:
-        raise UserError(f"cannot read the folder {trace_dir} ({exc.strerror or exc}); give a folder you can "
-                        "read") from None
-
-
-def is_single_trace(path: str) -> bool:
-    """Whether `path` names one trace file rather than a run folder: analyzed as a run of one rank (#28)."""
-    return os.path.isfile(path) and os.path.basename(path).endswith(TRACE_SUFFIXES + (".json", ".json.gz"))
-
-
-def find_trace_files(trace_dir: str) -> list[str]:
-    """Trace candidates: `*.pt.trace.json[.gz]` if any, else every other `.json`/`.json.gz` file (maybe none)."""
-    names = folder_names(trace_dir)
-    traces = [n for n in names if n.endswith(TRACE_SUFFIXES)]
-    if not traces:
-        traces = [n for n in names if n.endswith((".json", ".json.gz"))
-                  and not n.endswith(MANIFEST_SUFFIX) and n != RUN_FILE]
-    return [os.path.join(trace_dir, n) for n in traces]
-
-
-def dstrace_metadata(data: dict) -> dict | None:
-    """The "dstrace" trace metadata: an object, or a JSON string when added with add_metadata_json."""
-    value = data.get("dstrace")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return None
-    return value if isinstance(value, dict) else None
+        return RunFolder.scan(trace_dir)
+    except NotAFolder as exc:
+        raise UserError(f"{exc}; give the folder holding the per-rank traces") from None
+    except UnreadableFolder as exc:
+        raise UserError(f"{exc}; give a folder you can read") from None
 
 
 def _categorical(columns: tracefile.Columns, name: str) -> pd.Categorical:
@@ -147,8 +123,8 @@ def decode_rank(path: str, world_hint: int, reduce: bool = True,
         if not reduce:
             return meta, events, None
         ours = dstrace_metadata(meta)
-        rank, _ = _rank_of(path, meta, ours)
-        world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
+        rank, _ = rank_of(path, meta, ours)
+        world = max(world_hint, world_of(meta, ours) or 0, (rank or 0) + 1)
         return meta, events, reduction.reduce_rank(events, world, hta)
     finally:
         if hta is not None:
@@ -156,12 +132,14 @@ def decode_rank(path: str, world_hint: int, reduce: bool = True,
 
 
 def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,
-               helping: list[tracefile.Helper] = ()) -> tuple[str | None, str | None, pd.DataFrame | None]:
-    """Decode one trace (with the `helping` helpers), reduce it and write the reduction as a cache to the
-    first of `targets` that accepts it. Returns (what is wrong with the file, None, None) or (None, the cache
-    written, the events when asked for). In a worker process, only this short answer goes back."""
+               helping: list[tracefile.Helper] = (), content: dict | None = None
+               ) -> tuple[str | None, str | None, pd.DataFrame | None]:
+    """Decode one trace (with the `helping` helpers), reduce it and keep the reduction in the first of
+    `targets` that accepts it, keyed on `content` (the trace's hash taken before the decode, else taken
+    here). Returns (what is wrong with the file, None, None) or (None, the file written, the events when asked
+    for). In a worker process, only this short answer goes back."""
     try:
-        print_ = cache.fingerprint(path)
+        made_under = kept.key(path, world_hint, content)  # before the decode: a trace changed meanwhile is not answered for
         meta, frame, reduced = decode_rank(path, world_hint, helping=helping)
     except ValueError as exc:
         return str(exc), None, None
@@ -171,7 +149,7 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
     written = None
     for target in targets:
         try:
-            cache.write(target, print_, meta, reduced, world_hint)
+            kept.KeptReduction(reduced, meta, os.path.basename(path), made_under).save(target)
             written = target
             break
         except OSError:
@@ -240,19 +218,32 @@ class Parsed:
     events: pd.DataFrame | None = None
 
 
-def parse_traces(files: list[str], progress: Progress, workers: int | None = None, world_hint: int = 0,
+def _content(f: FolderFile) -> dict | None:
+    """The trace's hash (taken once per listing); None when it cannot be read: its parse says why."""
+    try:
+        return f.content
+    except (OSError, ValueError):
+        return None
+
+
+def parse_traces(traces: list[FolderFile], progress: Progress, workers: int | None = None, world_hint: int = 0,
                  events: bool = False) -> dict[str, Parsed | str]:
     """path -> its reduction (and events, when asked for) or the reason the file is unusable. Reductions
-    come from their caches, or traces are decoded `workers` at a time (None: `parse_workers`); when
-    events are asked for, in this process, one trace at a time."""
+    come from the kept reductions that answer for their traces (`kept`), or traces are decoded `workers` at
+    a time (None: `parse_workers`); when events are asked for, in this process, one trace at a time. Each
+    trace's bytes are hashed once."""
     out: dict[str, Parsed | str] = {}
     todo = []
+    files = [f.path for f in traces]
+    by_path = {f.path: f for f in traces}
+    there = [p for p in files if os.path.lexists(kept.kept_path(p))]
+    found = dict(zip(there, kept.load_many([kept.kept_path(p) for p in there])))
     for i, path in enumerate(files, 1):
-        hit = cache.read(path, world_hint)
-        if hit is None:
+        hit = found.get(path)
+        if not (isinstance(hit, kept.KeptReduction) and hit.answers_for(path, world_hint, _content(by_path[path]))):
             todo.append(path)
             continue
-        progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its cache)")
+        progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its kept reduction)")
         out[path] = Parsed(hit.meta, hit.reduced)
     workers = 1 if events or not todo else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
     alone = (todo if workers == 1 else []) + ([p for p in files if p not in todo] if events else [])
@@ -262,7 +253,7 @@ def parse_traces(files: list[str], progress: Progress, workers: int | None = Non
             return helping if path in sharing else []
 
         if todo:
-            _parse(files, todo, out, progress, workers, world_hint, events, helping_for)
+            _parse(files, [by_path[p] for p in todo], out, progress, workers, world_hint, events, helping_for)
         for path, parsed in out.items():
             if events and isinstance(parsed, Parsed) and parsed.events is None:
                 try:
@@ -303,74 +294,45 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, workers: int, world_hint: int,
+def _parse(files: list[str], traces: list[FolderFile], out: dict, progress: Progress, workers: int, world_hint: int,
            events: bool, helping_for: Callable[[str], list[tracefile.Helper]]) -> None:
-    """Parse the `todo` traces into `out`: one at a time (each with its `helping_for` helpers), or this
-    process the smallest and `workers - 1` forked workers the others."""
+    """Parse the `traces` into `out`: one at a time (each with its `helping_for` helpers), or this process the
+    smallest and `workers - 1` forked workers the others. A trace that changed since it was hashed (its kept
+    reduction is keyed on that hash) is refused."""
     scratch = _scratch_folder()
+    todo = [f.path for f in traces]
+    contents = [_content(f) for f in traces]
     try:
-        targets = [[cache.cache_path(p), os.path.join(scratch, f"{n}{cache.SUFFIX}")] for n, p in enumerate(todo)]
+        targets = [[kept.kept_path(p), os.path.join(scratch, f"{n}{kept.SUFFIX}")] for n, p in enumerate(todo)]
         for path in todo:
             progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
         hints = [world_hint] * len(todo)
         if workers == 1:
-            results = [parse_rank(p, t, w, events, helping_for(p)) for p, t, w in zip(todo, targets, hints)]
+            results = [parse_rank(p, t, w, events, helping_for(p), c) for p, t, w, c in zip(todo, targets, hints, contents)]
         else:  # this process parses the smallest trace itself (it analyzes the run after), the workers the rest
             own = min(range(len(todo)), key=lambda i: uncompressed_size(todo[i]))
             others = [i for i in range(len(todo)) if i != own]
             with ProcessPoolExecutor(workers - 1, mp_context=_pool_context(), initializer=tracefile.die_with_parent,
                                      initargs=(os.getpid(),)) as pool:
                 rest = pool.map(parse_rank, [todo[i] for i in others], [targets[i] for i in others],
-                                [hints[i] for i in others])
-                mine = parse_rank(todo[own], targets[own], hints[own])
+                                [hints[i] for i in others], [False] * len(others), [()] * len(others),
+                                [contents[i] for i in others])
+                mine = parse_rank(todo[own], targets[own], hints[own], content=contents[own])
                 results = list(rest)
             results.insert(own, mine)
-        for path, (problem, written, frame) in zip(todo, results):
-            hit = cache.read(path, world_hint, written) if problem is None else None
-            out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if hit is not None
-                                    else "changed while it was being parsed; analyze again")
+        unchanged = [problem is None and not f.changed_since_hashed() for f, (problem, _, _) in zip(traces, results)]
+        for ok, (problem, written, _) in zip(unchanged, results):
+            if problem is None and not ok:
+                with contextlib.suppress(OSError):
+                    os.unlink(written)  # a reduction of other bytes than its key's
+        back = iter(kept.load_many([w for ok, (_, w, _) in zip(unchanged, results) if ok]))
+        for f, content, ok, (problem, _, frame) in zip(traces, contents, unchanged, results):
+            hit = next(back) if ok else None
+            fresh = isinstance(hit, kept.KeptReduction) and hit.answers_for(f.path, world_hint, content)
+            out[f.path] = problem or (Parsed(hit.meta, hit.reduced, frame) if fresh
+                                      else "changed while it was being parsed; analyze again")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-MAX_WORLD_SIZE = 1 << 16
-"""The largest world size (and rank + 1) a trace may claim: beyond any job this analysis can hold (one
-reduction per rank), and what keeps a hostile 10^9 from sizing lists of missing ranks."""
-
-
-def _plausible(value, lowest: int) -> bool:
-    """A rank (lowest 0) or world size (lowest 1) that a real job can have."""
-    return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < MAX_WORLD_SIZE + lowest
-
-
-def _rank_of(path: str, data: dict, meta: dict | None) -> tuple[int | None, str | None]:
-    """The rank a trace claims, and where that came from. distributedInfo wins, then dstrace, then the name;
-    a value no job can have is passed over."""
-    dist = data.get("distributedInfo")
-    if isinstance(dist, dict) and _plausible(dist.get("rank"), 0):
-        return dist["rank"], "distributedInfo"
-    if meta and _plausible(meta.get("rank"), 0):
-        return meta["rank"], "dstrace metadata"
-    rank = rank_in_name(os.path.basename(path))
-    if rank is not None and _plausible(rank, 0):
-        return rank, "file name"
-    return None, None
-
-
-def _implausible(path: str, data: dict, meta: dict | None) -> list[str]:
-    """What the trace claims for its rank or world size that no job can have (and is ignored)."""
-    out = []
-    for where, block in (("distributedInfo", data.get("distributedInfo")), ("dstrace metadata", meta)):
-        if not isinstance(block, dict):
-            continue
-        for key, lowest in (("rank", 0), ("world_size", 1)):
-            if key in block and not _plausible(block[key], lowest):
-                out.append(f"{os.path.basename(path)}: {where} gives {key} {str(block[key])[:40]}, which no job has "
-                           f"(dstrace reads {lowest} to {MAX_WORLD_SIZE + lowest - 1}); ignored")
-    if isinstance(meta, dict) and meta.get("run_id") is not None and not isinstance(meta["run_id"], str):
-        out.append(f"{os.path.basename(path)}: dstrace metadata gives run_id {str(meta['run_id'])[:40]}, which is "
-                   "not text; ignored")
-    return out
 
 
 def _odd_events(path: str, data: dict) -> list[str]:
@@ -393,50 +355,21 @@ def _odd_events(path: str, data: dict) -> list[str]:
     return out
 
 
-def _run_id_of(meta: dict | None) -> str | None:
-    """The run id of the dstrace metadata, when it is text (`_implausible` warns of anything else)."""
-    run_id = (meta or {}).get("run_id")
+def _run_id_of(ours: dict | None) -> str | None:
+    """The run id of the dstrace metadata, when it is text (`folder.implausible` warns of anything else)."""
+    run_id = (ours or {}).get("run_id")
     return run_id if isinstance(run_id, str) else None
 
 
-def host_of(path: str, data: dict) -> str | None:
-    """The host a trace was recorded on: its own `host_name`, else the host in its file name."""
-    host = data.get("host_name")
-    if isinstance(host, str) and host:
-        return host
-    m = HOST_IN_NAME.match(os.path.basename(path))
-    return m.group("host") if m else None
-
-
-def _world_of(data: dict, meta: dict | None) -> int | None:
-    dist = data.get("distributedInfo")
-    if isinstance(dist, dict) and _plausible(dist.get("world_size"), 1):
-        return dist["world_size"]
-    if meta and _plausible(meta.get("world_size"), 1):
-        return meta["world_size"]
-    return None
-
-
-def read_manifests(trace_dir: str, warnings: list[str],
+def folder_records(folder: RunFolder, warnings: list[str],
                    skipped: list[dict[str, str]]) -> tuple[dict[int, Manifest], RunRecord | None]:
-    """The folder's rank manifests and run.json, whatever the ranks are read from (traces or summaries);
+    """The folder's rank manifests and run.json, whatever the ranks are read from (traces or kept reductions);
     one that cannot be read is skipped, with a warning."""
-    manifests: dict[int, Manifest] = {}
-    run = None
-    for name in folder_names(trace_dir):
-        if not (name.endswith(MANIFEST_SUFFIX) or name == RUN_FILE):
-            continue
-        path = os.path.join(trace_dir, name)
-        try:
-            if name == RUN_FILE:
-                run = read_run(path)
-            else:
-                m = read_manifest(path)
-                manifests[m.rank] = m
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            skipped.append({"path": path, "reason": str(exc)})
-            warnings.append(f"skipped {name}: {exc}")
-    return manifests, run
+    records = folder.records
+    for f, reason in records.skipped:
+        skipped.append({"path": f.path, "reason": reason})
+        warnings.append(f"skipped {f.name}: {reason}")
+    return records.manifests, records.run
 
 
 def _choose_run(traces: dict[int, RankTrace], run: RunRecord | None, trace_dir: str,
@@ -484,30 +417,44 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
                      manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
 
 
-def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int | None = None,
+def load_run(run_dir: str | RunFolder, progress: Progress = stderr_progress, workers: int | None = None,
              events: bool = False) -> LoadedRun:
-    """Read and validate a run folder. Raises UserError when nothing in it can be analyzed. `workers`: how
-    many traces to parse at once (None: as many as CPUs and memory allow); `events`: keep every rank's
-    events (the timeline needs them; the analysis reads the ranks' reductions only)."""
-    trace_dir = os.path.abspath(trace_dir)
+    """Read and validate a run folder (its path, or its listing when the caller has one). Raises UserError when
+    nothing in it can be analyzed. `workers`: how many traces to parse at once (None: as many as CPUs and
+    memory allow); `events`: keep every rank's events (the timeline needs them; the analysis reads the ranks'
+    reductions only)."""
+    folder = run_dir if isinstance(run_dir, RunFolder) else run_folder(run_dir)
+    trace_dir = folder.path
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
-    if is_single_trace(trace_dir):  # a run of one rank: the file alone, none of its folder's other files
-        files, manifests, run = [trace_dir], {}, None
-    else:
-        files = find_trace_files(trace_dir)
-        manifests, run = read_manifests(trace_dir, warnings, skipped)
+    files = folder.trace_candidates  # a single trace: the file alone, none of its folder's other files
+    alone = folder.kept_alone
+    manifests, run = folder_records(folder, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if m.exit_error:
             warnings.append(f"rank {rank} ended with {error_line(m.exit_error)}")
-    if not files:
+    if not files and not alone:
         if not manifests:
             raise UserError(f"no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {trace_dir}")
         return _manifests_only(trace_dir, manifests, run, warnings, skipped)
 
     world_hint = _declared_world(manifests, run)
     parsed: list[tuple[str, dict, dict | None, Parsed]] = []
-    for path, result in parse_traces(files, progress, workers, world_hint, events).items():
+    results = parse_traces(files, progress, workers, world_hint, events) if files else {}
+    if alone:
+        progress(f"reading {len(alone)} kept reduction(s) whose traces are not in the folder")
+    untraced = set()
+    for path, got in zip(alone, kept.load_many(alone, progress)):
+        if isinstance(got, str):
+            results[path] = got
+        else:
+            trace = os.path.join(trace_dir, got.trace_file)
+            if trace in results or os.path.lexists(trace):
+                results[path] = f"the reduction of {got.trace_file}, which has its own in the folder: remove it"
+                continue
+            results[trace] = Parsed(got.meta, got.reduced)
+            untraced.add(trace)
+    for path, result in results.items():
         if isinstance(result, str):
             skipped.append({"path": path, "reason": result})
             warnings.append(f"skipped {os.path.basename(path)}: {result}")
@@ -519,24 +466,24 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
 
     claims: dict[int, list[str]] = defaultdict(list)
     traces: dict[int, RankTrace] = {}
-    for path, data, meta, parsed_rank in parsed:
-        warnings.extend(_implausible(path, data, meta))
-        warnings.extend(_odd_events(path, data))
-        rank, _ = _rank_of(path, data, meta)
+    for path, meta, ours, parsed_rank in parsed:  # meta: the trace's metadata; ours: its dstrace block
+        warnings.extend(implausible(path, meta, ours))
+        warnings.extend(_odd_events(path, meta))
+        rank, _ = rank_of(path, meta, ours)
         if rank is None and len(parsed) == 1:
             rank = 0
         if rank is None:
             skipped.append({"path": path, "reason": "no rank in it (no distributedInfo, no dstrace metadata, no rankN in the name)"})
             warnings.append(f"skipped {os.path.basename(path)}: cannot tell which rank wrote it")
             continue
-        if meta and isinstance(meta.get("rank"), int) and meta["rank"] != rank:
-            warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {meta['rank']}; using {rank}")
+        if ours and isinstance(ours.get("rank"), int) and ours["rank"] != rank:
+            warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {ours['rank']}; using {rank}")
         claims[rank].append(path)
         traces[rank] = RankTrace(
-            rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=_world_of(data, meta),
-            host=host_of(path, data), run_id=_run_id_of(meta),
-            distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
-            dstrace=meta,
+            rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=world_of(meta, ours),
+            host=host_of(path, meta), run_id=_run_id_of(ours),
+            distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None,
+            dstrace=ours, trace_absent=path in untraced,
         )
     duplicated = {r: p for r, p in claims.items() if len(p) > 1}
     if duplicated:
@@ -546,14 +493,15 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     if not traces:
         raise UserError(f"no trace in {trace_dir} says which rank wrote it; name them <host>_rank<N>.pt.trace.json.gz")
 
-    return settle_run(trace_dir, traces, manifests, run, warnings, skipped, source="traces")
+    return settle_run(trace_dir, traces, manifests, run, warnings, skipped)
 
 
 def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int, Manifest], run: RunRecord | None,
-               warnings: list[str], skipped: list[dict], source: str) -> LoadedRun:
-    """One run per folder, and its world size, whether its ranks come from traces or from summaries:
+               warnings: list[str], skipped: list[dict]) -> LoadedRun:
+    """One run per folder, and its world size, whether its ranks come from traces or from kept reductions:
     ranks of other runs are refused (or skipped when run.json names ours), and so are manifests of
     another run; the world size is the largest any file gives, with a warning where they disagree."""
+    source = "traces" if not any(t.trace_absent for t in ranks.values()) else "kept reductions"
     run_id = _choose_run(ranks, run, trace_dir, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if run_id and m.run_id != run_id:
@@ -569,9 +517,9 @@ def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int,
     if len(sizes) > 1:
         warnings.append(f"{source} and manifests disagree on the world size ({sorted(sizes)}); using {world_size}")
     loaded = LoadedRun(trace_dir=trace_dir, traces=ranks, world_size=world_size, run_id=run_id,
-                       manifests=manifests, run_record=run, warnings=warnings, skipped=skipped, source=source)
+                       manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
     if loaded.missing_ranks:
-        warnings.append(f"no {source[:-1]} for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
+        warnings.append(f"no trace for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
                         f"({len(loaded.missing_ranks)} missing): collectives of a group with a member missing get no "
                         "wait/transfer split")
     return loaded

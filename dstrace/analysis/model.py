@@ -30,6 +30,7 @@ class RankTrace:
     run_id: str | None = None
     distributed: dict | None = None  # the trace's distributedInfo, when torch.distributed was up
     dstrace: dict | None = None  # the trace's "dstrace" metadata written by `dstrace record`
+    trace_absent: bool = False  # its trace is not in the folder: the rank is its kept reduction (`kept`)
 
     @property
     def has_gpu(self) -> bool:
@@ -38,7 +39,7 @@ class RankTrace:
 
 @dataclass
 class LoadedRun:
-    """Everything read from a run folder, validated: one reduced trace (or rank summary) per rank, manifests
+    """Everything read from a run folder, validated: one reduced trace (or kept reduction) per rank, manifests
     when present."""
     trace_dir: str
     traces: dict[int, RankTrace]
@@ -48,7 +49,6 @@ class LoadedRun:
     run_record: RunRecord | None = None
     warnings: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
-    source: str = "traces"  # or "summaries": the reductions came from the ranks' in-job summaries
 
     @property
     def ranks(self) -> list[int]:

@@ -9,6 +9,7 @@ from dstrace.analysis import (alignment, clocks, collectives, findings, hta_brea
                               utilization)
 from dstrace.analysis.model import Analysis, LoadedRun, RankSummary, StepSeries
 from dstrace.rankset import ranks_text
+from dstrace.runfolder.names import REDUCTION_SUFFIX
 from dstrace.trace_names import GPU_HOST_CATEGORIES
 
 
@@ -16,9 +17,10 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     warnings = list(run.warnings)
     notes: list[str] = []
     device = run.device
-    if run.source == "summaries":
-        notes.append(f"read from the {len(run.traces)} rank summaries (*.summary.json.gz) dstrace record wrote, "
-                     "not the traces (dstrace analyze --source traces reads those)")
+    untraced = [r for r, t in sorted(run.traces.items()) if t.trace_absent]
+    if untraced:
+        notes.append(f"{ranks_text(untraced)} read from their kept reductions (*{REDUCTION_SUFFIX}): their traces "
+                     f"are not in {run.trace_dir}")
     if device == "none":
         notes.append("no traces were recorded: findings come from the dstrace manifests only")
     elif device == "host-only" and run.gpu_job_untraced:
@@ -82,7 +84,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     inputs = findings.FindingInputs.of(run, summaries, step_summary)
     notes.extend(findings.blocking_call_notes(inputs))
     found = findings.all_findings(inputs)
-    if run.source == "summaries":
+    if untraced:
         notes.extend(_trace_pointers(run, found))
     return Analysis(
         trace_dir=run.trace_dir, run_id=run.run_id, device=device, world_size=run.world_size,
@@ -130,14 +132,15 @@ TRACE_POINTERS_PER_FINDING = 8
 
 
 def _trace_pointers(run: LoadedRun, found: list) -> list[str]:
-    """Per finding, the full traces of the ranks it names: where to look once the summaries have spoken."""
+    """Per finding, the traces of the ranks it names that were read from their kept reductions alone: where
+    to look once the reductions have spoken."""
     out = []
     for f in found:
-        named = [f"rank {r}: {os.path.basename(run.traces[r].path)}" for r in f.ranks[:TRACE_POINTERS_PER_FINDING]
-                 if r in run.traces]
+        absent = [r for r in f.ranks if r in run.traces and run.traces[r].trace_absent]
+        named = [f"rank {r}: {os.path.basename(run.traces[r].path)}" for r in absent[:TRACE_POINTERS_PER_FINDING]]
         if named:
-            more = f" and {len(f.ranks) - len(named)} more" if len(f.ranks) > len(named) else ""
-            out.append(f"{f.id}: full traces in {run.trace_dir}: " + "; ".join(named) + more)
+            more = f" and {len(absent) - len(named)} more" if len(absent) > len(named) else ""
+            out.append(f"{f.id}: its ranks' traces, not in {run.trace_dir}: " + "; ".join(named) + more)
     return out
 
 

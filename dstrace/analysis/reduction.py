@@ -14,8 +14,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import collectives, host, utilization
-from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, GPU_HOST_CATEGORIES, DSTRACE_STEP, PROFILER_STEP
+from dstrace.analysis import collectives, host, intervals, utilization
+from dstrace.runfolder.range_names import ALLGATHER_RANGE, DSTRACE_STEP, PREFIX, range_label
+from dstrace.trace_names import ACCELERATOR_CATEGORIES, GPU_HOST_CATEGORIES, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
 """Where step ranges come from, most informative first: the run uses the first source any rank has."""
@@ -78,22 +79,33 @@ def gather_ranges(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"ts": ev["ts"].to_numpy(), "bytes": sizes.to_numpy()}, columns=GATHER_COLUMNS)
 
 
-STEP_WORK_ITEMS = 8
+STEP_WORK_ITEMS = 64
 """Host items and kernel names kept per step: enough to name what grew between steps, small enough to cache."""
+COMPILE_TIMER = " (dynamo_timed)"
+"""How torch.compile names the ranges its own timers write (`_compile.compile_inner (dynamo_timed)`: Dynamo
+tracing a frame and the backend compiling it). They run inside the op that called the compiled code, so the
+outermost CPU ops alone show a recompiling step only as a slower `Torch-Compiled Region`."""
+
+
+def compile_work(events: pd.DataFrame) -> pd.DataFrame:
+    """The outermost of torch.compile's timed ranges (COMPILE_TIMER): the compile work of each step."""
+    timed = events["cat"].isin(("cpu_op", "user_annotation")) & events["name"].str.endswith(COMPILE_TIMER)
+    return intervals.top_level(events.loc[timed, ["name", "pid", "tid", "ts", "dur", "end"]])
 
 
 def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> list[dict]:
     """Per step of the rank's first step source: `gpu_us` (kernel time launched in it) and `host_us` (the
-    time of each outermost CPU op and each dstrace range kind inside it, largest first): what a step-time
-    shift compares before and after the change."""
+    time of each outermost CPU op, each dstrace range kind and torch.compile's outermost compile ranges inside
+    it, largest first): what a step-time shift compares before and after the change."""
     if steps.empty or events.empty:
         return []
     first = steps[steps["source"] == steps["source"].iloc[0]].sort_values("ts")
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
     kernels = events.loc[events["is_gpu"], ["name", "ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
-                            pd.DataFrame({"name": "dstrace/" + ranges["name"].astype(str).map(host.range_label),
-                                          "ts": ranges["ts"], "dur": ranges["dur"]})], ignore_index=True)
+                            pd.DataFrame({"name": PREFIX + ranges["name"].astype(str).map(range_label),
+                                          "ts": ranges["ts"], "dur": ranges["dur"]}),
+                            compile_work(events)[["name", "ts", "dur"]]], ignore_index=True)
 
     def step_of(ts: pd.Series) -> np.ndarray:
         idx = np.searchsorted(starts, ts.to_numpy(), side="right") - 1

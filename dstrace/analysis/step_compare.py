@@ -1,11 +1,12 @@
 """Two ranges of traced steps side by side: what each step spends, by name, in ms per step.
 
 Answers "why is step N slower than step M" from the trace alone (`dstrace analyze RUN --steps 2:3 --against
-4:5`): each range's host items (outermost CPU ops and dstrace ranges) and GPU kernels by name, per step, and
-what changed most. A step-time shift the window covers is explained with it too. It names what grew; why it
-grew (a plan built per sequence length, synced_gpus' extra forwards, a cache growing, a recompilation) is for
-the reader to tell from the names. Steps where the profiler started or stopped (`steps.step_kinds`) are left
-out: their time is the profiler's.
+4:5`): each range's host items (outermost CPU ops, dstrace ranges and torch.compile's compile ranges:
+`reduction.step_work`) and GPU kernels by name, per step, and what changed most. A step-time shift the
+window covers is explained with it too. It names what grew; why it grew (a plan built per sequence length, a
+cache growing, a recompilation) is for the reader to tell from the names. Steps where the profiler started or
+stopped (`steps.step_kinds`) are left out: their time is the profiler's. A rank's forwards after its last new
+token (synced_gpus keeps a finished rank running forwards until every rank is done) are named, from the manifest.
 """
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ class StepComparison:
     steps_used: list[int]  # traced steps of the first range that were compared (on the ranks, together)
     against_used: list[int]
     left_out: dict[int, str] = field(default_factory=dict)  # step -> its kind: the profiler's start or stop
+    after_last_token: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> its forwards after it
+    only_in_steps: list[str] = field(default_factory=list)  # host items in each step of the first range, in none
+    only_in_against: list[str] = field(default_factory=list)  # of the other's (whose kept items were all it had)
     steps_ms: float | None = None  # median traced step time of each range
     against_ms: float | None = None
     items: list[WorkItem] = field(default_factory=list)
@@ -53,6 +57,8 @@ class StepComparison:
         return {"schema": SCHEMA, "rank": self.rank, "ranks": self.ranks, "steps": list(self.steps),
                 "against": list(self.against), "steps_used": self.steps_used, "against_used": self.against_used,
                 "left_out": {str(k): v for k, v in sorted(self.left_out.items())},
+                "after_last_token": {str(r): list(s) for r, s in sorted(self.after_last_token.items())},
+                "only_in_steps": self.only_in_steps, "only_in_against": self.only_in_against,
                 "steps_ms": self.steps_ms, "against_ms": self.against_ms,
                 "items": [{"name": i.name, "kind": i.kind, "steps_ms": i.steps_ms, "against_ms": i.against_ms,
                            "change_ms": i.change_ms} for i in self.items]}
@@ -79,6 +85,17 @@ def _boundary_steps(run: LoadedRun, rank: int) -> dict[int, str]:
     return {i: k for i, k in enumerate(step_kinds(m, call)) if k in BOUNDARY_KINDS}
 
 
+def _after_last_token(run: LoadedRun, rank: int) -> tuple[int, int] | None:
+    """First and last of the window call's forwards that came after the rank's last new token. A forward makes
+    one position of the sequence (step 0, the prefill, the first), so a call of T new tokens runs T; more
+    are forwards transformers' synced_gpus ran to keep the finished rank in step with the others."""
+    m = run.manifests.get(rank)
+    call = next((c for c in m.calls if m.window and c.index == m.window.call), None) if m else None
+    if call is None or call.new_tokens is None or len(call.step_ms) <= call.new_tokens:
+        return None
+    return call.new_tokens, len(call.step_ms) - 1
+
+
 def _step_ms(steps, wanted: list[int]) -> list[float]:
     """Traced step times of `wanted`, from the rank's first step source (the one `step_work` follows)."""
     if steps.empty:
@@ -100,6 +117,16 @@ def _per_step(work: list[dict], steps: list[int]) -> dict[tuple[str, str], float
     return {k: v / len(steps) for k, v in total.items()}
 
 
+def _only_in(work: list[dict], mine: list[int], other: list[int]) -> set[str] | None:
+    """Host items in every step of `mine` and in no step of `other`; None when a step of `other` kept only
+    its top STEP_WORK_ITEMS (an item missing there may have been left out, not absent)."""
+    host = {w["step"]: w["host_us"] for w in work if w["step"] in (*mine, *other)}
+    if any(len(host.get(s, {})) >= STEP_WORK_ITEMS for s in other) or not mine or not other:
+        return None
+    every = set.intersection(*(set(host.get(s, {})) for s in mine))
+    return every - set().union(*(set(host.get(s, {})) for s in other))
+
+
 def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, int],
                   rank: int | None = None, top: int = TOP_ITEMS) -> StepComparison:
     """The two ranges compared on `rank`, or on every rank with traced steps (medians over them)."""
@@ -109,10 +136,11 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
         raise UserError(f"rank {rank} has no traced steps here (ranks with some: "
                         f"{', '.join(map(str, stepped)) or 'none'})")
     if not ranks:
-        raise UserError("no traced steps to compare: the traces hold no dstrace/step or ProfilerStep ranges "
-                        "(read from rank summaries? use --source traces)")
+        raise UserError("no traced steps to compare: the traces hold no dstrace/step or ProfilerStep ranges")
     left_out: dict[int, str] = {}
+    after = {r: span for r in ranks if (span := _after_last_token(run, r)) is not None}
     per_rank: list[tuple[dict, dict]] = []
+    only: tuple[list[set | None], list[set | None]] = ([], [])
     used: tuple[set[int], set[int]] = (set(), set())
     times: tuple[list[float], list[float]] = ([], [])
     for r in ranks:
@@ -128,6 +156,8 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
             times[side].extend(_step_ms(run.traces[r].reduced.steps, mine))
         if ranges[0] and ranges[1]:
             per_rank.append((_per_step(work, ranges[0]), _per_step(work, ranges[1])))
+            only[0].append(_only_in(work, ranges[0], ranges[1]))
+            only[1].append(_only_in(work, ranges[1], ranges[0]))
     if not per_rank:
         have = sorted({w["step"] for r in ranks for w in run.traces[r].reduced.step_work})
         raise UserError(f"steps {steps[0]}:{steps[1]} and {against[0]}:{against[1]} are not both in the traces "
@@ -139,15 +169,26 @@ def compare_steps(run: LoadedRun, steps: tuple[int, int], against: tuple[int, in
                       float(statistics.median(b.get((n, kind), 0.0) for _, b in per_rank)))
              for n, kind in names]
     items.sort(key=lambda i: (-abs(i.change_ms), i.name))
-    return StepComparison(rank, ranks, steps, against, sorted(used[0]), sorted(used[1]), left_out,
-                          float(statistics.median(times[0])) if times[0] else None,
+    only_in = [sorted(set.intersection(*sets)) if sets and None not in sets else [] for sets in only]
+    return StepComparison(rank, ranks, steps, against, sorted(used[0]), sorted(used[1]), left_out, after,
+                          *only_in, float(statistics.median(times[0])) if times[0] else None,
                           float(statistics.median(times[1])) if times[1] else None, items[:top])
 
 
 def _label(steps: list[int]) -> str:
+    """`step 2`, `steps 2, 3`, `steps 2-21, 30`: a run of three or more steps in a row as its ends."""
     if not steps:
         return "no step"
-    return f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps))
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    runs: list[list[int]] = []
+    for s in sorted(steps):
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    parts = [f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
+    return "steps " + ", ".join(parts)
 
 
 def render_text(c: StepComparison) -> str:
@@ -158,14 +199,22 @@ def render_text(c: StepComparison) -> str:
     if c.left_out:
         head.append("left out (the profiler's own start or stop): "
                     + ", ".join(f"step {s} ({k})" for s, k in sorted(c.left_out.items())))
+    for r, (first, last) in sorted(c.after_last_token.items()):
+        head.append(f"rank {r}: steps {first}-{last} came after its last new token ({first} new tokens, {last + 1} "
+                    f"forwards): forwards a finished rank runs under synced_gpus until every rank is done")
     if c.steps_ms and c.against_ms is not None:
         head.append(f"traced step time: {c.steps_ms:.1f} ms against {c.against_ms:.1f} ms "
-                    f"({c.against_ms / c.steps_ms:.2f}x)")
+                    f"({c.against_ms / c.steps_ms:.3g}x)")
+    for label, names, other in (("steps", c.only_in_steps, c.against_used), ("against", c.only_in_against, c.steps_used)):
+        if names:
+            head.append(f"only in the {label} range (in each of its steps, in none of {_label(other)}): "
+                        + ", ".join(names))
     rows = [("item", "kind", "ms/step", "ms/step against", "change")]
     rows += [(i.name[:70], i.kind, f"{i.steps_ms:.3f}", f"{i.against_ms:.3f}", f"{i.change_ms:+.3f}") for i in c.items]
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     table = ["  ".join(cell.ljust(w) if k < 2 else cell.rjust(w) for k, (cell, w) in enumerate(zip(r, widths)))
              for r in rows]
     foot = (f"each step's {STEP_WORK_ITEMS} largest host items and kernels by name; an item below a step's top "
-            f"{STEP_WORK_ITEMS} counts 0 there. Host items are outermost CPU ops and dstrace ranges (they overlap).")
+            f"{STEP_WORK_ITEMS} counts 0 there. Host items are outermost CPU ops, dstrace ranges and torch.compile's "
+            f"outermost compile ranges (they overlap).")
     return "\n".join([*head, "", *table, "", foot]) + "\n"

@@ -168,7 +168,7 @@ class Columns:
 
 CHECKS_KEY = "dstrace.checks"
 """Where `read_trace` puts what it found odd in the events (`event_checks`), in the metadata it returns (and the
-cache keeps): a key no profiler writes."""
+kept reduction keeps): a key no profiler writes."""
 OVERLAP_TOLERANCE_US = 1.0
 """Kineto's rounding lets a child outlive its parent by a fraction of a microsecond; an overlap past this is
 not rounding."""

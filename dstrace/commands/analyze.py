@@ -13,7 +13,7 @@ from dstrace.say import warn
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from dstrace.analysis.options import AUTO_MIN_RANKS, CLOCK_POLICIES, FORMATS, SOURCES
+    from dstrace.analysis.options import CLOCK_POLICIES, FORMATS
 
     parser.add_argument("run_dir", help="folder of per-rank traces (*.pt.trace.json[.gz]), e.g. traces/RUN, or one "
                                         "trace file (a run of one rank)")
@@ -28,10 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parse-workers", type=int, metavar="N", default=None,
                         help="parse N traces at once (default: one per CPU, as many as keep the peak memory within "
                              "2x the largest trace's JSON, or 512 MiB when that is more); each adds about 1.6x a trace")
-    parser.add_argument("--source", choices=SOURCES, default="auto",
-                        help="read the rank summaries (*.summary.json.gz, written by dstrace record) or the "
-                             f"traces; auto = summaries when every rank has one and there are >= {AUTO_MIN_RANKS} "
-                             "ranks or the traces are large (default)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="text report: every section, span part and term, each finding whole (default: the "
                              "verdict cut to fit a screen, the tables and the terms they use); markdown and html: "
@@ -61,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
 
     screen = screen_for(bool(args.output), getattr(args, "verbose", False))
     report, warnings = report_of(args.run_dir, fmt, clock_policy=getattr(args, "align_clocks", "auto"),
-                                 source=getattr(args, "source", "auto"), workers=workers, screen=screen)
+                                 workers=workers, screen=screen)
     for warning in warnings:
         warn(warning)
     write_report(report, args.output, escaped=fmt == "text")

@@ -84,15 +84,16 @@ def finish(run_dir: str, run: RunRecord, exit_code: int, node: str | None = None
 
 def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
     """Each recorded rank's trace reduced, here in dstrace's own environment (the job's has only its torch),
-    to `rank<N>.summary.json.gz`, with the decoder and reduction `dstrace analyze` uses; `analyze` then
-    finds every reduction in its cache. Returns a line for each rank left without a summary."""
+    with the decoder and reduction `dstrace analyze` uses, and kept beside it (`analysis.kept`): `analyze`
+    then decodes no trace, and the folder can travel without its traces. Returns a line for each rank left
+    without a kept reduction."""
     traces = {r.rank: r.traces[-1] for r in run.ranks if r.traces}
     if not traces:
         return []
-    from dstrace.analysis.summaries import write_run_summaries
+    from dstrace.analysis.kept import write_run_reductions
 
     say(f"reducing {len(traces)} trace(s) for analysis")
     try:
-        return write_run_summaries(run_dir, traces, run.world_size or 0)
+        return write_run_reductions(run_dir, traces, run.world_size or 0)
     except Exception as exc:  # the recording is done and whole: a failed reduction only costs analyze its speed
-        return [f"no rank summaries ({type(exc).__name__}: {exc}); dstrace analyze reads the traces"]
+        return [f"no kept reductions ({type(exc).__name__}: {exc}); dstrace analyze reads the traces"]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from dstrace.errors import UserError
 from dstrace.rankset import ranks_text
-from dstrace.runfolder.names import RUN_FILE, derived_from_the_run, node_record_path, rank_in_name, safe_name
+from dstrace.runfolder.names import RUN_FILE, node_record_path, rank_in_name, reduction_name, safe_name
 from dstrace.runfolder.records import RUN_SCHEMA, RankStatus, RunRecord, to_json, write_json_atomic
 from dstrace.say import say
 
@@ -85,13 +85,13 @@ def share_of(environ: dict[str, str], split: str) -> Share:
 
 def trace_files(inputs: list[str]) -> list[str]:
     """Every trace the inputs name, once, in one order every process sees alike."""
-    from dstrace.analysis.loading import find_trace_files
+    from dstrace.analysis.loading import run_folder
 
     found: dict[str, str] = {}
     for given in inputs:
         path = os.path.abspath(given)
         if os.path.isdir(path):
-            files = find_trace_files(path)
+            files = [f.path for f in run_folder(path).trace_candidates]
             if not files:
                 raise UserError(f"no traces (*.pt.trace.json[.gz], else *.json[.gz]) in {path}: give the folder "
                                 "the profiler wrote into")
@@ -135,8 +135,8 @@ class Claim:
 
 def claim(path: str, alone_in_run: bool) -> Claim:
     """The rank (and world size) a trace claims, read from its head, as `dstrace analyze` reads it."""
-    from dstrace.analysis.loading import _rank_of, _world_of, dstrace_metadata
     from dstrace.analysis.trace_head import trace_metadata
+    from dstrace.runfolder.folder import dstrace_metadata, rank_of, world_of
     from dstrace.runfolder import untrusted
 
     try:
@@ -146,13 +146,13 @@ def claim(path: str, alone_in_run: bool) -> Claim:
     except OSError as exc:
         return Claim(path, problem=untrusted.unreadable(path, exc))
     ours = dstrace_metadata(meta)
-    rank, _ = _rank_of(path, meta, ours)
+    rank, _ = rank_of(path, meta, ours)
     if rank is None and alone_in_run:
         rank = 0  # a run of one trace, as `dstrace analyze FILE` reads it
     if rank is None:
         return Claim(path, problem="no rank in it (no distributedInfo.rank, no dstrace metadata, no rankN in its "
                                    "name): rename it <host>_rank<N>.pt.trace.json.gz")
-    return Claim(path, rank, _world_of(meta, ours))
+    return Claim(path, rank, world_of(meta, ours))
 
 
 def one_per_rank(claims: list[Claim]) -> None:
@@ -168,10 +168,10 @@ def one_per_rank(claims: list[Claim]) -> None:
 
 
 def reduce_into(run_dir: str, claims: list[Claim], progress) -> tuple[list[int], list[str]]:
-    """Reduce the claimed traces in a private folder of `run_dir` (`write_run_summaries`, as `dstrace record`
-    does) and move each rank's files into `run_dir`, never over a file there. Returns the ranks written and a
-    line per rank that was not."""
-    from dstrace.analysis.summaries import write_run_summaries
+    """Reduce the claimed traces in a private folder of `run_dir` (`write_run_reductions`, as `dstrace record`
+    does) and move each rank's kept reduction into `run_dir`, never over a file there. Returns the ranks written
+    and a line per rank that was not."""
+    from dstrace.analysis.kept import write_run_reductions
 
     good = [c for c in claims if c.problem is None]
     if not good:
@@ -187,10 +187,10 @@ def reduce_into(run_dir: str, claims: list[Claim], progress) -> tuple[list[int],
         world = max((c.world or 0 for c in good), default=0)
         tempfile.tempdir = staging  # the reduction's scratch files stay inside RUN_DIR too
         try:
-            problems = write_run_summaries(staging, names, world, progress)
+            problems = write_run_reductions(staging, names, world, progress)
         except Exception as exc:  # noqa: BLE001 - the traces' fault or ours, it is one line, not a traceback
             problems = [f"{ranks_text(names)}: not reduced ({type(exc).__name__}: {exc})"]
-        written, refused = publish(staging, run_dir)
+        written, refused = publish(staging, run_dir, names)
         where = {c.rank: c.path for c in good}
         return written, [_naming_its_trace(line, where) for line in problems + refused]
     finally:
@@ -204,14 +204,17 @@ def _naming_its_trace(line: str, where: dict[int, str]) -> str:
     return f"{where[int(m.group(1))]}: {line}" if m and int(m.group(1)) in where else line
 
 
-def publish(staging: str, run_dir: str) -> tuple[list[int], list[str]]:
-    """Each per-rank file the reduction wrote, linked into `run_dir` where no file of that name is."""
+def publish(staging: str, run_dir: str, names: dict[int, str]) -> tuple[list[int], list[str]]:
+    """Each rank's kept reduction (written beside its trace's link, `names`: rank -> link in `staging`), linked
+    into `run_dir` where no file of that name is."""
     written, refused = [], []
-    for name in sorted(os.listdir(staging)):
-        source = os.path.join(staging, name)
-        if derived_from_the_run(name) or not os.path.isfile(source) or os.path.islink(source):
+    for rank, link in sorted(names.items()):
+        kept = reduction_name(os.path.basename(link))
+        source = os.path.join(staging, os.path.dirname(link), kept)
+        if not os.path.isfile(source) or os.path.islink(source):
             continue
-        rank = rank_in_name(name)
+        # traces of different ranks may share a name (one folder per rank): the rank goes into the kept name
+        name = kept if rank_in_name(kept) == rank else f"rank{rank}.{kept}"
         try:
             os.link(source, os.path.join(run_dir, name))
         except FileExistsError:
@@ -221,9 +224,8 @@ def publish(staging: str, run_dir: str) -> tuple[list[int], list[str]]:
         except OSError as e:
             refused.append(f"rank {rank}: cannot write {name} into {run_dir} ({e.strerror or e})")
             continue
-        if rank is not None:
-            written.append(rank)
-    return sorted(set(written)), refused
+        written.append(rank)
+    return written, refused
 
 
 def record_of(run_id: str, command: list[str], share: Share, claims: list[Claim], written: list[int], problems: list[str],

@@ -23,6 +23,7 @@ import msgspec
 
 from dstrace import process_group
 from dstrace.errors import UserError
+from dstrace.runfolder.folder import ended_run
 
 SWEEP_SCHEMA = "dstrace.sweep/1"
 SWEEP_FILE = "sweep.json"
@@ -88,19 +89,9 @@ def read_sweep_record(path: str) -> SweepRecord:
     return record
 
 
-def _run_record(run_dir: str) -> dict | None:
-    from dstrace.runfolder.records import read_json_object
-
-    try:
-        run = read_json_object(os.path.join(run_dir, "run.json"))
-    except (OSError, ValueError):
-        return None
-    return run if run.get("ended") is not None else None
-
-
 def finished_run(run_dir: str) -> dict | None:
     """The run record of a run that ended by itself; a run stopped by a signal is to be recorded again."""
-    run = _run_record(run_dir)
+    run = ended_run(run_dir)
     if run is None or (run.get("exit_code") or 0) >= SIGNAL_EXIT:
         return None
     return run
@@ -136,7 +127,7 @@ def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutco
     env.update({k: expand_env(v, os.environ) for k, v in config.env.items()})
     command = [sys.executable, "-m", "dstrace.cli", "record", "-o", run_dir, "--", *config.command]
     code, wall = run_recorder(run_dir, command, env, timeout)
-    run = _run_record(run_dir) or {}
+    run = ended_run(run_dir) or {}
     status = "timed out" if code is None else run.get("status", "not recorded")
     return RunOutcome(config.name, repeat, run_dir, status, code, wall, False)
 

@@ -17,6 +17,7 @@ import time
 from contextlib import contextmanager, suppress
 
 from dstrace.recording import ranges
+from dstrace.runfolder import range_names
 from dstrace.recording.overrides import device_memory_bytes
 from dstrace.runfolder.names import manifest_path, safe_name
 from dstrace.runfolder.records import (ITERATION_TRIGGERS, MANIFEST_SCHEMA, TIME_TRIGGER, GenerationCall, Manifest, to_json,
@@ -210,7 +211,7 @@ class RankSession:
         self._step_starts.append(time.perf_counter())  # before the profiler acts: its cost is in this step
         call.step_kinds.append(self.window.before_step(call.index, step))
         call.gathered_bytes.append(0)
-        return ranges.Range(f"step#{step}")
+        return ranges.Range(range_names.step(step))
 
     def step_end(self, opened) -> None:
         if opened is not None:

@@ -34,6 +34,7 @@ from typing import Callable
 
 from dstrace.runfolder.files import atomic_file
 from dstrace.recording import ranges
+from dstrace.runfolder import range_names
 from dstrace.runfolder.records import GENERATE_TRIGGER, ITERATION_TRIGGERS, STEP_KINDS, TIME_TRIGGER, Window
 
 MODES = ("full", "annotate")
@@ -388,7 +389,7 @@ class ProfilerWindow:
                 lo, hi = span.start, end
                 args = {"dstrace": "outside the profiler window, at its real start and duration"}
             args["clock uncertainty us"] = uncertainty
-            out.append({"ph": "X", "cat": "user_annotation", "name": ranges.PREFIX + span.name, "pid": pid,
+            out.append({"ph": "X", "cat": "user_annotation", "name": range_names.PREFIX + span.name, "pid": pid,
                         "tid": tid, "ts": trace_us(lo), "dur": round((hi - lo) * 1e6, 3), "args": args})
         return out
 

@@ -2,7 +2,7 @@
 
 A run folder may come from anyone. A file named like a trace may be a FIFO (opening it would wait forever),
 a device, a gzip that inflates a thousandfold (9 MB of zeros is 9 GB), or gigabytes of JSON. Every
-file the analysis reads goes through `open_regular`; traces and summaries through `json_chunks` as well,
+file the analysis reads goes through `open_regular`; traces through `json_chunks` as well,
 which inflates piece by piece and stops at the limits below with a `Refused` that says what is wrong.
 Standard library only, but for ISA-L's inflate (`isal`, 3-4x zlib's speed), imported at the first gzip
 where it is installed: a recorded job imports this module and must import nothing it would not; the kept
@@ -29,6 +29,7 @@ measured), a file of zeros 1000x."""
 INFLATION_GRACE = 64 << 20
 """JSON a gzip may inflate to whatever its ratio, so that small files are never refused for it."""
 READ_BYTES = 1 << 20
+HASH_READ_BYTES = 8 << 20
 
 
 class Refused(ValueError):
@@ -79,6 +80,21 @@ def read_bytes(path: str, limit: int) -> bytes:
     if len(data) > limit:
         raise Refused(f"larger than {limit >> 20} MiB, more than this file can hold")
     return data
+
+
+def content(path: str) -> dict:
+    """Size and a hash of every byte (xxh3-128, ~10 GB/s: well under a parse), never its size, time or a part of
+    it: any edit, wherever it is and whatever it does to size and mtime, changes it. What the kept reduction and
+    the kept report are keyed on. Raises OSError (or Refused for what is not a regular file)."""
+    import xxhash  # dstrace's environment only: the recorded job never hashes
+
+    h = xxhash.xxh3_128()
+    size = 0
+    with open_regular(path) as f:
+        while chunk := f.read(HASH_READ_BYTES):
+            h.update(chunk)
+            size += len(chunk)
+    return {"size": size, "xxh3_128": h.hexdigest()}
 
 
 def _too_much(total: int, limit: int) -> TooLarge:

@@ -1,4 +1,4 @@
-"""A synthetic run of many ranks as rank summaries: known clock offsets per host, one late rank.
+"""A synthetic run of many ranks as kept reductions (no traces): known clock offsets per host, one late rank.
 
 The shape of a ZeRO-3 + tensor-parallel decode: every layer of every step all-gathers its weights
 over the world and all-reduces twice within its node's tensor-parallel group. Each host's clock is
@@ -7,12 +7,14 @@ ranks at once (numpy), so 10,000 ranks take seconds to draw and the time goes to
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
 from dstrace.analysis import collectives, reduction
-from dstrace.analysis.summaries import summary_path, write_summary
-from dstrace.runfolder.names import manifest_path
+from dstrace.analysis.kept import FORMAT, KeptReduction
+from dstrace.runfolder.names import manifest_path, reduction_name
 from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, to_json, write_json_atomic
 
 RANKS_PER_HOST = 8
@@ -62,7 +64,7 @@ def _timeline(world: int, steps: int, layers: int, late_rank: int, rng: np.rando
 
 def write_run(out_dir: str, world: int = 256, steps: int = 3, layers: int = 40, late_rank: int = 77,
               run_id: str = "synthetic", seed: int = 0, ranks=None) -> dict[int, float]:
-    """Write `world` summaries and manifests (of `ranks` only, when given: the same run, written by several
+    """Write `world` kept reductions and manifests (of `ranks` only, when given: the same run, written by several
     processes); return each rank's true clock offset (us)."""
     rng = np.random.default_rng(seed)
     starts, ends, kinds, in_tp = _timeline(world, steps, layers, late_rank, rng)
@@ -97,8 +99,10 @@ def write_run(out_dir: str, world: int = 256, steps: int = 3, layers: int = 40, 
                          "busy_us": {"compute": 0.5 * steps * STEP_US, "communication": 0.3 * steps * STEP_US,
                                      "memory": 0.0},
                          "exposed_comm_us": 0.25 * steps * STEP_US})
-        write_summary(summary_path(out_dir, rank), reduced, rank, world, f"node{host:03d}", run_id,
-                      f"node{host:03d}_rank{rank}.1.pt.trace.json.gz", None)
+        trace = f"node{host:03d}_rank{rank}.1.pt.trace.json.gz"  # not written: the run is its reductions
+        meta = {"host_name": f"node{host:03d}", "dstrace": {"rank": rank, "world_size": world, "run_id": run_id}}
+        KeptReduction(reduced, meta, trace, {"made_by": "dstrace.testing.scale_run", "format": FORMAT}).save(
+            os.path.join(out_dir, reduction_name(trace)))
         manifest = Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, status="complete", rank=rank,
                             local_rank=rank % RANKS_PER_HOST, world_size=world, host=f"node{host:03d}", pid=1000 + rank,
                             started=0.0, ended=1.0)

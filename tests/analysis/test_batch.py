@@ -4,7 +4,7 @@ ties, gaps, layouts that differ by rank, a rank whose frame is incomplete)."""
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import cache, matching, peer_wait
+from dstrace.analysis import collectives as collectives_mod, kept, matching, peer_wait, reduction
 from dstrace.analysis.reduction import RankReduction
 from dstrace.analysis.steps import _count_before
 
@@ -59,27 +59,40 @@ def test_rank_sums_are_series_sums_to_the_bit():
 def _reduction(n, object_kind=False, seed=0):
     rng = np.random.default_rng(seed)
     kinds = pd.Series(rng.choice(["AllGather", "AllReduce"], n), dtype=object if object_kind else "str")
-    collectives = pd.DataFrame({"kind": kinds, "ts": rng.uniform(0, 1e6, n),
-                                "peer": pd.Series([None if i % 3 else i for i in range(n)], dtype=object)})
-    steps = pd.DataFrame({"source": pd.Series(["dstrace/step ranges"] * 2, dtype="str"), "step": [0, 1]})
+    ts = rng.uniform(0, 1e6, n)
+    collectives = pd.DataFrame({
+        "kind": kinds, "name": kinds, "ts": ts, "dur": 5.0, "end": ts + 5.0, "host_ts": ts - 1.0,
+        "in_bytes": rng.integers(0, 1 << 20, n), "out_bytes": rng.integers(0, 1 << 20, n), "group_size": 4.0,
+        "pg_name": "world", "pg_ranks": "[0, 1, 2, 3]", "source": "nccl kernel",
+        "p2p_role": pd.Series([np.nan] * n, dtype=object),  # a text column's gaps read back as NaN
+        "p2p_peer": pd.Series([None if i % 3 else i for i in range(n)], dtype=object)},
+        columns=collectives_mod.RANK_COLUMNS)
+    steps = pd.DataFrame({"source": pd.Series(["dstrace/step ranges"] * 2, dtype="str"), "step": [0, 1],
+                          "ts": [0.0, 10.0], "end": [10.0, 20.0], "ms": [0.01, 0.01]}, columns=reduction.STEP_COLUMNS)
     return RankReduction(has_gpu=True, collectives=collectives, steps=steps,
                          gathers=pd.DataFrame({"ts": [1.0] * (n % 4), "bytes": [8] * (n % 4)}),
-                         utilization={"span_us": float(n)})
+                         utilization={"span_us": float(n), "idle_us": 0.0, "exposed_comm_us": 0.0, "busy_us": {}})
 
 
-def test_summaries_unpacked_together_as_one_by_one():
-    packed = [cache.pack(_reduction(n, object_kind=(n == 7), seed=n)) for n in (5, 0, 7, 12, 3)]
-    arrays, head = packed[3]
-    head["frames"]["collectives"]["rows"] += 1  # rank 3's frame is incomplete: it alone reads as nothing
-    alone = [cache.unpack(a, h) for a, h in packed]
-    texts = {}
-    together = cache.unpack_many([(cache.columns_of(a, h, texts), h) for a, h in packed])
-    assert alone[3] is None and together[3] is None
-    for one, batch in zip(alone, together):
-        if one is None:
+def test_kept_reductions_read_together_as_each_was_kept(tmp_path, monkeypatch):
+    """Files of different column layouts, over several batches, one of them cut short: each rank reads as
+    the reduction that was saved, and the damaged one alone as a one-line problem."""
+    monkeypatch.setattr(kept, "BATCH_RANKS", 2)
+    made = {n: _reduction(n, object_kind=(n == 7), seed=n) for n in (5, 0, 7, 12, 3)}
+    paths = []
+    for n, r in made.items():
+        paths.append(str(tmp_path / f"rank{n}.reduction.arrow"))
+        kept.KeptReduction(r, {"n": n}, f"rank{n}.pt.trace.json", {"made": n}).save(paths[-1])
+    data = open(paths[3], "rb").read()
+    open(paths[3], "wb").write(data[: len(data) // 2])
+    got = kept.load_many(paths)
+    assert isinstance(got[3], str) and "\n" not in got[3]
+    for (n, want), batch in zip(made.items(), got):
+        if isinstance(batch, str):
             continue
-        assert batch.utilization == one.utilization
-        for name in cache.FRAMES:
-            a, b = getattr(one, name), getattr(batch, name)
+        assert batch.meta == {"n": n} and batch.trace_file == f"rank{n}.pt.trace.json"
+        assert batch.reduced.utilization == want.utilization
+        for name in kept.FRAMES:
+            a, b = getattr(want, name), getattr(batch.reduced, name)
             pd.testing.assert_frame_equal(b, a)
             assert list(b.index) == list(range(len(a)))

@@ -1,10 +1,10 @@
-"""The typed decode, the cache beside the traces, and parallel parsing give the same frames as before.
+"""The typed decode, the reduction kept beside each trace, and parallel parsing give the same frames as before.
 
 No timing here: bench/ measures speed. These check that what is fast is also right.
 """
+import dataclasses
 import glob
 import gzip
-import io
 import json
 import os
 import subprocess
@@ -13,10 +13,12 @@ import time
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
-from dstrace.analysis import cache, hta_breakdown, identity, loading, tracefile
+from dstrace.analysis import hta_breakdown, kept, loading, tracefile
 from dstrace.analysis.loading import load_run
+from dstrace.runfolder.folder import RunFolder
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
 from tests.fixtures.paths import ROOT, TRACES
@@ -72,7 +74,11 @@ def zero3_folder(folder, world_size=2):
 
 
 def caches(folder):
-    return sorted(glob.glob(os.path.join(str(folder), f".*{cache.SUFFIX}")))
+    return sorted(glob.glob(os.path.join(str(folder), f"*{kept.SUFFIX}")))
+
+
+def kept_of(trace_path):
+    return kept.KeptReduction.load(kept.kept_path(trace_path))
 
 
 def test_events_frame_matches_the_json_loads_frame(tmp_path):
@@ -185,23 +191,24 @@ def assert_same_ranks(a, b, events=True):
     assert a.ranks == b.ranks
     for r in a.traces:
         ra, rb = vars(a.traces[r].reduced), vars(b.traces[r].reduced)
-        for key in cache.FRAMES:
+        for key in kept.FRAMES:
             pd.testing.assert_frame_equal(ra[key], rb[key])
-        assert {k: v for k, v in ra.items() if k not in cache.FRAMES} == \
-            {k: v for k, v in rb.items() if k not in cache.FRAMES}
+        assert {k: v for k, v in ra.items() if k not in kept.FRAMES} == \
+            {k: v for k, v in rb.items() if k not in kept.FRAMES}
         if events:
             pd.testing.assert_frame_equal(a.traces[r].events, b.traces[r].events)
 
 
-def test_second_load_reads_the_cache_and_gives_the_same_analysis(tmp_path):
+def test_second_load_reads_the_kept_reductions_and_gives_the_same_analysis(tmp_path):
     zero3_folder(tmp_path)
     messages = []
     first = load_run(str(tmp_path), progress=messages.append, events=True)
     assert len(caches(tmp_path)) == 2
-    assert loading.find_trace_files(str(tmp_path)) == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
+    listed = [f.path for f in RunFolder.scan(str(tmp_path)).trace_candidates]
+    assert listed == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
     again = []
     second = load_run(str(tmp_path), progress=again.append, events=True)
-    assert not any("from its cache" in m for m in messages) and all("from its cache" in m for m in again)
+    assert not any("from its kept reduction" in m for m in messages) and all("from its kept reduction" in m for m in again)
     assert_same_ranks(first, second)
     assert render(analyze(first), "json") == render(analyze(second), "json")
 
@@ -216,11 +223,27 @@ def test_the_analysis_holds_reductions_not_events(tmp_path):
     assert render(analyze(run), "json") == render(analyze(with_events), "json")
 
 
-def test_a_cache_made_under_another_world_size_is_parsed_again(tmp_path):
+def test_a_reduction_kept_under_another_world_size_is_parsed_again(tmp_path):
     zero3_folder(tmp_path)
     path = sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))[0]
     load_run(str(tmp_path), progress=quiet)
-    assert cache.read(path, 0) is not None and cache.read(path, 4) is None
+    assert kept_of(path).answers_for(path, 0) and not kept_of(path).answers_for(path, 4)
+
+
+def test_a_reduction_kept_by_other_code_is_parsed_again_where_its_trace_is(tmp_path):
+    """With its trace in the folder, a kept reduction answers only when this code made it of these bytes: one
+    made by another dstrace (or forged: nothing seals it) is decoded again and replaced."""
+    zero3_folder(tmp_path)
+    first = load_run(str(tmp_path), progress=quiet)
+    path = first.traces[0].path
+    old = kept_of(path)
+    old.reduced.utilization["span_us"] = 1.0  # what another code made of the same trace
+    dataclasses.replace(old, key={**old.key, "code": "another"}).save(kept.kept_path(path))
+    messages = []
+    second = load_run(str(tmp_path), progress=messages.append)
+    assert sum("from its kept reduction" not in m for m in messages) == 1
+    assert second.traces[0].reduced.utilization["span_us"] == first.traces[0].reduced.utilization["span_us"] != 1.0
+    assert kept_of(path).answers_for(path, 0)
 
 
 def test_a_changed_trace_is_parsed_again(tmp_path):
@@ -236,7 +259,7 @@ def test_a_changed_trace_is_parsed_again(tmp_path):
     assert len(second.traces[0].events) == len(reference_events_frame(b.to_dict()["traceEvents"]))
 
 
-def test_a_new_mtime_on_the_same_bytes_keeps_the_cache(tmp_path):
+def test_a_new_mtime_on_the_same_bytes_keeps_the_kept_reduction(tmp_path):
     """The key is the content: touching a trace cannot change its answer, so it costs no decode."""
     zero3_folder(tmp_path)
     load_run(str(tmp_path), progress=quiet)
@@ -245,31 +268,31 @@ def test_a_new_mtime_on_the_same_bytes_keeps_the_cache(tmp_path):
     os.utime(path, (later, later))
     messages = []
     load_run(str(tmp_path), progress=messages.append)
-    assert messages and all("from its cache" in m for m in messages)
+    assert messages and all("from its kept reduction" in m for m in messages)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "other trace"])
-def test_a_damaged_cache_is_ignored(tmp_path, damage):
+def test_a_damaged_kept_reduction_is_ignored_where_its_trace_is(tmp_path, damage):
     zero3_folder(tmp_path)
     first = load_run(str(tmp_path), progress=quiet, events=True)
     target = caches(tmp_path)[0]
     data = open(target, "rb").read()
     other = caches(tmp_path)[1]
-    payload = {"garbage": b"not a cache at all", "truncated": data[: len(data) // 2], "empty": b"",
+    payload = {"garbage": b"not a reduction at all", "truncated": data[: len(data) // 2], "empty": b"",
                "other trace": open(other, "rb").read()}[damage]
     with open(target, "wb") as f:
         f.write(payload)
     messages = []
     second = load_run(str(tmp_path), progress=messages.append, events=True)
-    assert sum("parsing trace" in m and "from its cache" not in m for m in messages) == 1
+    assert sum("parsing trace" in m and "from its kept reduction" not in m for m in messages) == 1
     assert_same_ranks(first, second)
-    assert cache.read(first.traces[0].path, 0) is not None or cache.read(first.traces[1].path, 0) is not None
+    assert all(kept_of(t.path).answers_for(t.path, 0) for t in first.traces.values())
 
 
-def test_a_folder_that_refuses_the_cache_is_still_analyzed(tmp_path):
+def test_a_folder_that_refuses_the_kept_reduction_is_still_analyzed(tmp_path):
     zero3_folder(tmp_path)
     for path in glob.glob(str(tmp_path / "*.pt.trace.json.gz")):
-        os.mkdir(cache.cache_path(path))  # the cache's name is taken by a folder: writing there fails
+        os.mkdir(kept.kept_path(path))  # the file's name is taken by a folder: writing there fails
     run = load_run(str(tmp_path), progress=quiet)
     assert run.ranks == [0, 1] and all(os.path.isdir(p) for p in caches(tmp_path))
 
@@ -377,10 +400,15 @@ def test_parse_workers_is_one_for_little_work(tmp_path):
         assert loading.uncompressed_size(paths[0]) == len(f.read())
 
 
-def test_cache_arrays_need_no_pickle(tmp_path):
+def test_the_kept_reduction_is_one_arrow_table_of_its_frames(tmp_path):
+    """Arrow IPC, no pickle: a `frame` column, the frames' columns side by side, texts dictionary-encoded."""
     zero3_folder(tmp_path)
-    load_run(str(tmp_path), progress=quiet)
-    data = open(caches(tmp_path)[0], "rb").read()
-    assert data.startswith(cache.MAGIC)
-    with np.load(io.BytesIO(data[len(cache.MAGIC) + identity.SEAL_BYTES:]), allow_pickle=False) as z:
-        assert all(z[k].dtype != object for k in z.files)
+    run = load_run(str(tmp_path), progress=quiet)
+    table = pa.ipc.open_file(caches(tmp_path)[0]).read_all()
+    reduced = run.traces[0].reduced
+    assert table.schema.names == ["frame"] + [f"{name}.{c}" for name in kept.FRAMES
+                                              for c in getattr(reduced, name).columns]
+    frames = table.column("frame").to_numpy()
+    assert [int((frames == n).sum()) for n in range(3)] == [len(getattr(reduced, name)) for name in kept.FRAMES]
+    assert pa.types.is_dictionary(table.schema.field("collectives.kind").type)
+    assert json.loads(table.schema.metadata[b"dstrace"])["format"] == kept.FORMAT

@@ -40,7 +40,7 @@ def test_cli_json_on_real_traces(gloo_run_dir):
 def test_one_parse_worker_gives_the_same_report(gloo_run_dir):
     """--parse-workers 1 (the least memory) changes how the traces are parsed, never what is reported."""
     def report(folder, *extra):
-        for cache in glob.glob(os.path.join(folder, ".*.dstrace-cache.npz")) + \
+        for cache in glob.glob(os.path.join(folder, "*.reduction.arrow")) + \
                 glob.glob(os.path.join(folder, ".dstrace-report.*")):
             os.unlink(cache)
         return analyze_json(folder, *extra)

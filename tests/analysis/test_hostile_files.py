@@ -7,19 +7,20 @@ limit and a time limit, so that a failure is a failed test, not a machine out of
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import gzip
-import io
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import zlib
 
-import numpy as np
+import pandas as pd
 
-from dstrace.analysis import cache
+from dstrace.analysis import kept
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
@@ -85,11 +86,11 @@ def test_a_gigabyte_of_spaces_inside_trace_events_is_refused_in_bounded_memory(t
     assert "not laid out as torch.profiler writes traces" in line
 
 
-def test_a_fifo_named_like_a_trace_or_a_cache_does_not_hang(tmp_path):
+def test_a_fifo_named_like_a_trace_or_a_kept_reduction_does_not_hang(tmp_path):
     two_ranks(tmp_path)
     os.mkfifo(tmp_path / "hostA_rank2.1700000000000.pt.trace.json.gz")
     traces = sorted(glob.glob(str(tmp_path / "hostA_rank[01]*.gz")))
-    os.mkfifo(cache.cache_path(traces[0]))  # where rank 0's reduction would be kept
+    os.mkfifo(kept.kept_path(traces[0]))  # where rank 0's reduction would be kept
     proc = analyze_limited(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["ranks_found"] == [0, 1]
@@ -136,7 +137,7 @@ def _edit_in_the_middle(path: str) -> None:
 
 
 def test_an_edit_in_the_middle_reaches_both_caches(tmp_path):
-    """Same size, same mtime, same first and last MiB: the parse cache and the kept report both answer for
+    """Same size, same mtime, same first and last MiB: the kept reduction and the kept report both answer for
     the new bytes."""
     paths = two_ranks(tmp_path, suffix=".pt.trace.json", layers=500)
     assert os.path.getsize(paths[1]) > 2 << 20  # an edit in the middle is outside the first and last MiB
@@ -146,46 +147,30 @@ def test_an_edit_in_the_middle_reaches_both_caches(tmp_path):
     _edit_in_the_middle(paths[1])
     messages = []
     fresh_after = render(analyze(load_run(str(tmp_path), progress=messages.append)), "json")
-    assert fresh_after != fresh_before and any("rank1" in m and "from its cache" not in m for m in messages)
+    assert fresh_after != fresh_before and any("rank1" in m and "from its kept reduction" not in m for m in messages)
     after = subprocess.run(dstrace, capture_output=True, text=True, check=True)
     assert "nothing in the folder changed" not in after.stderr
     assert after.stdout != before
-    for c in glob.glob(str(tmp_path / ".*")):
+    for c in glob.glob(str(tmp_path / ".*")) + glob.glob(str(tmp_path / f"*{kept.SUFFIX}")):
         os.unlink(c)
     assert render(analyze(load_run(str(tmp_path), progress=quiet)), "json") == fresh_after
 
 
-def _without_collectives(data: bytes) -> bytes:
-    """The cache's archive with every frame of the reduction emptied, re-written as anyone could (all but a
-    seal made with the user's secret: the seal is copied from the original, so it is wrong)."""
-    magic = getattr(cache, "MAGIC", None)  # the code before the seal wrote a bare NumPy archive
-    prefix = data[:len(magic) + 32] if magic and data.startswith(magic) else b""
-    with np.load(io.BytesIO(data[len(prefix):]), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    head = json.loads(arrays["head"].tobytes())
-    for name, spec in head["frames"].items():
-        spec["rows"] = 0
-        for k in [k for k in arrays if k.startswith(f"r.{name}.")]:
-            arrays[k] = arrays[k][:0]
-    arrays["head"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
-    out = io.BytesIO()
-    np.savez(out, **arrays)
-    return prefix + out.getvalue()
-
-
-def test_a_forged_cache_cannot_remove_a_finding(tmp_path):
+def test_a_reduction_kept_for_other_bytes_cannot_remove_a_finding(tmp_path):
+    """A kept reduction is not sealed: it answers for its trace only when its key (the hash of the trace's
+    bytes, this code) matches. One emptied of its collectives and keyed to other bytes changes nothing."""
     two_ranks(tmp_path)
     first = analyze(load_run(str(tmp_path), progress=quiet))
     assert "peer-wait" in {f.id for f in first.findings}
-    for path in glob.glob(str(tmp_path / f".*{cache.SUFFIX}")):
-        data = open(path, "rb").read()
-        with open(path, "wb") as f:
-            f.write(_without_collectives(data))
+    for path in glob.glob(str(tmp_path / f"*{kept.SUFFIX}")):
+        got = kept.KeptReduction.load(path)
+        got.reduced.collectives = got.reduced.collectives.iloc[:0]
+        dataclasses.replace(got, key={**got.key, "trace": {"size": 1, "xxh3_128": "0" * 32}}).save(path)
     messages = []
     again = analyze(load_run(str(tmp_path), progress=messages.append))
     assert "peer-wait" in {f.id for f in again.findings}
     assert render(again, "json") == render(first, "json")
-    assert not any("from its cache" in m for m in messages)
+    assert not any("from its kept reduction" in m for m in messages)
 
 
 def test_a_forged_kept_report_is_not_shown(tmp_path):
@@ -215,28 +200,34 @@ def test_a_name_holding_tmp_is_in_the_report_key(tmp_path):
     assert "nothing in the folder changed" not in after.stderr and after.stdout != before
 
 
-def test_a_damaged_or_hostile_summary_is_skipped_with_one_line(tmp_path):
-    """Summaries are read from a run folder like traces: a gzip bomb, deep nesting or values of the wrong
-    kind are skipped with a warning; the other ranks' summaries are read."""
-    from dstrace.analysis import summaries
-
+def test_a_damaged_or_hostile_kept_reduction_is_skipped_with_one_line(tmp_path, monkeypatch):
+    """Without its trace, a kept reduction is read from the run folder like a trace: one too large for a
+    reduction (refused before it is read), one that is not Arrow, one whose columns no reduction has, and one
+    whose values are of the wrong kind are each skipped with a one-line warning; the others are read."""
     two_ranks(tmp_path)
+    load_run(str(tmp_path), progress=quiet)
     folder = tmp_path / "run"
     folder.mkdir()
-    for path in glob.glob(str(tmp_path / "*.pt.trace.json.gz")):
-        os.replace(path, folder / os.path.basename(path))
-    traces = {r: os.path.basename(p) for r, p in enumerate(sorted(glob.glob(str(folder / "*.pt.trace.json.gz"))))}
-    assert summaries.write_run_summaries(str(folder), traces, 2) == []
-    member = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    (folder / "rank2.summary.json.gz").write_bytes(member.compress(bytes(1 << 30)) + member.flush())
-    (folder / "rank3.summary.json.gz").write_bytes(gzip.compress(b"[" * 100_000 + b"]" * 100_000))
-    data = json.loads(gzip.open(folder / "rank1.summary.json.gz").read())
-    data["rank"], data["reduction"]["reduced"]["utilization"] = 4, "all idle"
-    (folder / "rank4.summary.json.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
-    run = summaries.load_summaries(str(folder))
+    for path in glob.glob(str(tmp_path / f"*{kept.SUFFIX}")):
+        shutil.copy(path, folder / os.path.basename(path))
+    good = kept.KeptReduction.load(str(sorted(folder.iterdir())[1]))
+    monkeypatch.setattr(kept, "MAX_KEPT_BYTES", 4 << 20)
+    (folder / "hostA_rank2.1.reduction.arrow").write_bytes(bytes(5 << 20))
+    (folder / "hostA_rank3.1.reduction.arrow").write_bytes(b"ARROW1\0\0" + b"[" * 1000)
+    odd = dataclasses.replace(good, reduced=dataclasses.replace(
+        good.reduced, collectives=good.reduced.collectives.rename(columns={"ts": "when"})))
+    odd.save(str(folder / "hostA_rank4.1.reduction.arrow"))
+    idle = dataclasses.replace(good, reduced=dataclasses.replace(good.reduced, utilization="all idle"))
+    idle.save(str(folder / "hostA_rank5.1.reduction.arrow"))
+    texts = dataclasses.replace(good, reduced=dataclasses.replace(
+        good.reduced, steps=good.reduced.steps.assign(ts=pd.Series(["soon"] * len(good.reduced.steps), dtype=object))))
+    texts.save(str(folder / "hostA_rank6.1.reduction.arrow"))
+    run = load_run(str(folder), progress=quiet)
     assert run.ranks == [0, 1]
     reasons = {os.path.basename(s["path"]): s["reason"] for s in run.skipped}
-    assert "holds more than 64 MiB of JSON" in reasons["rank2.summary.json.gz"]  # before it inflates 100x
-    assert "nested too deeply" in reasons["rank3.summary.json.gz"]
-    assert "utilization" in reasons["rank4.summary.json.gz"]
-    assert all("\n" not in r for r in reasons.values())
+    assert "holds more than 4 MiB" in reasons["hostA_rank2.1.reduction.arrow"]
+    assert "truncated or corrupt" in reasons["hostA_rank3.1.reduction.arrow"]
+    assert "collectives has columns" in reasons["hostA_rank4.1.reduction.arrow"]
+    assert "utilization" in reasons["hostA_rank5.1.reduction.arrow"]
+    assert "not numbers" in reasons["hostA_rank6.1.reduction.arrow"]
+    assert all("\n" not in r for r in reasons.values()) and len(reasons) == 5

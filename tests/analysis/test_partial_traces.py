@@ -5,13 +5,14 @@ pipeline pair whose SendRecv kernels name no peer, an NCCL trace whose peer rank
 clocks the collectives cannot line up, a training trace with ProfilerStep ranges, an MTIA trace.
 """
 import json
+import shutil
 
 import pytest
 
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
-from dstrace.analysis.summaries import load_summaries, write_run_summaries
+from dstrace.analysis.kept import write_run_reductions
 from tests.fixtures.reports import analyze_dir, finding_ids, quiet
 from tests.fixtures.traces import TraceBuilder
 
@@ -213,24 +214,25 @@ def test_xpu_kernels_are_device_activity_launched_by_xpu_runtime(tmp_path):
     assert run.device == "gpu" and not run.accelerators
 
 
-def with_summaries(folder):
-    """Each trace's rank summary, as `dstrace record` writes it after the job."""
+def kept_alone(folder):
+    """Each trace's kept reduction, as `dstrace record` writes it after the job, in a folder without the traces."""
     traces = {int(p.name.split("_rank")[1].split(".")[0]): p.name for p in sorted(folder.glob("*.pt.trace.json.gz"))}
-    assert write_run_summaries(str(folder), traces, 3) == []
+    assert write_run_reductions(str(folder), traces, 3) == []
+    alone = folder.parent / f"{folder.name}-kept"
+    shutil.copytree(folder, alone, ignore=shutil.ignore_patterns("*.pt.trace.json.gz"))
+    return str(alone)
 
 
-def test_summaries_match_p2p_and_see_the_accelerator_as_the_traces_do(tmp_path):
+def test_kept_reductions_match_p2p_and_see_the_accelerator_as_the_traces_do(tmp_path):
     peers, mtia = tmp_path / "peers", tmp_path / "mtia"
     peers.mkdir()
     mtia.mkdir()
     pipeline_with_peers(peers)
     mtia_run(mtia)
-    for folder in (peers, mtia):
-        with_summaries(folder)
-    traced, summed = analyze_dir(peers), analyze(load_summaries(str(peers)))
+    traced, summed = analyze_dir(peers), analyze(load_run(kept_alone(peers), progress=quiet))
     for r in range(3):
         assert summed.ranks[r].wait_us == pytest.approx(traced.ranks[r].wait_us)
         assert summed.ranks[r].waited_for == pytest.approx(traced.ranks[r].waited_for)
         assert summed.ranks[r].unsplit_us == 0.0
-    summed = analyze(load_summaries(str(mtia)))
+    summed = analyze(load_run(kept_alone(mtia), progress=quiet))
     assert summed.device == "host-only" and set(summed.accelerators) == {"MTIA"}

@@ -86,3 +86,25 @@ def test_a_damaged_or_unwritable_kept_report_only_costs_speed(tmp_path):
     os.mkdir(kept)  # the name is taken by a folder: keeping the report fails
     assert analyze(tmp_path).stdout == first.stdout
     assert KEPT not in analyze(tmp_path).stderr
+
+
+def test_a_kept_reduction_counts_in_the_key_only_without_its_trace(tmp_path):
+    """Beside its trace a kept reduction is derived from it (rewriting it leaves the key); without its trace it
+    is the rank, and a change to it is a change to the run."""
+    from dstrace.analysis import kept
+    from dstrace.analysis.loading import load_run
+
+    folder_of_two_ranks(tmp_path)
+    load_run(str(tmp_path), progress=lambda m: None)
+    (path,) = [p for p in glob.glob(str(tmp_path / f"*{kept.SUFFIX}")) if "_rank1." in p]
+    before = report_cache.key(str(tmp_path), {})
+    got = kept.KeptReduction.load(path)
+    got.reduced.utilization["span_us"] += 1.0
+    got.save(path)
+    assert report_cache.key(str(tmp_path), {}) == before
+    for trace in glob.glob(str(tmp_path / "*.pt.trace.json.gz")):
+        os.remove(trace)
+    alone = report_cache.key(str(tmp_path), {})
+    got.reduced.utilization["span_us"] += 1.0
+    got.save(path)
+    assert report_cache.key(str(tmp_path), {}) != alone

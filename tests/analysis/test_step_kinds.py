@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from dstrace.analysis.reduction import STEP_WORK_ITEMS
 from dstrace.analysis.render import render
 from dstrace.analysis.steps import decode_step_ms
 from dstrace.errors import UserError
@@ -213,3 +214,24 @@ def test_calls_whose_steps_overlap_are_one_level_however_their_medians_fall(tmp_
     a = analyze_dir(tmp_path)
     assert a.steps.ms_per_step < 0.8 * 28.0  # the window call's level is 28 ms: outside the ratio...
     assert findings_by_id(a).get("window-not-representative") is None  # ...but not apart from the run's other steps
+
+
+@pytest.mark.parametrize("others, listed", [(3, ["aten::argmax"]), (STEP_WORK_ITEMS - 1, [])])
+def test_items_only_one_range_has_are_listed_only_where_the_other_kept_all_its_items(tmp_path, capsys, others,
+                                                                                        listed):
+    """Steps 2-3 run aten::argmax, steps 4-5 do not: listed as only in 2:3, unless steps 4-5 held
+    STEP_WORK_ITEMS items (aten::linear and STEP_WORK_ITEMS - 1 more), when an item missing there may only
+    have fallen below their top."""
+    manifest_run(tmp_path, CASE2, [1, 2, 3, 4, 5, 6])
+    b = TraceBuilder(0, world_size=1, distributed=False)
+    for step in (1, 2, 3, 4, 5, 6):
+        t = step * 100_000.0
+        b.host_range(f"dstrace/step#{step}", t, 90_000.0)
+        names = ["aten::linear"] + (["aten::argmax"] if step < 4 else [f"aten::op{i}" for i in range(others)])
+        for i, name in enumerate(names):
+            b.host_range(name, t + 100.0 + i * 1_000.0, 500.0, cat="cpu_op")
+    b.write(str(tmp_path), "host_rank0.1.pt.trace.json.gz")
+    assert analyze_main(str(tmp_path), "--steps", "2:3", "--against", "4:5", "--format", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["only_in_steps"] == listed
+    assert out["only_in_against"] == sorted(f"aten::op{i}" for i in range(others))  # steps 2-3 kept all theirs

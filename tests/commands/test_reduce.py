@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from dstrace.runfolder.names import REDUCTION_SUFFIX, rank_in_name
 from tests.corpus import make_twins
 from tests.fixtures.paths import CORPUS
 from tests.fixtures.processes import analyze_json, cpu_env, dstrace, tool, torchrun
@@ -60,8 +61,10 @@ def test_the_reduction_alone_gives_the_traces_report(twins, tmp_path, source):
     assert result.returncode == 0, result.stderr[-3000:]
     assert listing(traces) == before  # nothing written beside the traces
     names = sorted(os.listdir(run_dir))
-    ranks = sorted(int(n[4:].split(".")[0]) for n in names if n.startswith("rank"))
-    assert names == sorted([f"rank{r}.summary.json.gz" for r in ranks] + ["run.json"]), names
+    kept = [n for n in names if n.endswith(REDUCTION_SUFFIX)]
+    assert names == sorted(kept + ["run.json"]), names
+    ranks = sorted(rank_in_name(n) for n in kept)
+    assert None not in ranks and len(set(ranks)) == len(kept), names
     run = read_json(os.path.join(run_dir, "run.json"))
     assert run["status"] == "complete" and run["problems"] == [] and [r["rank"] for r in run["ranks"]] == ranks
 
@@ -87,7 +90,8 @@ def test_torchrun_processes_split_the_traces(twins, tmp_path):
     shares = [[r["rank"] for r in record["ranks"]] for record in records]
     assert len(shares) == 2 and all(shares), shares  # both processes reduced, each its own ranks
     assert sorted(shares[0] + shares[1]) == list(range(8))  # no rank twice, none lost
-    assert sorted(n for n in os.listdir(run_dir) if n != "nodes") == [f"rank{r}.summary.json.gz" for r in range(8)]
+    kept = [n for n in os.listdir(run_dir) if n != "nodes"]
+    assert all(n.endswith(REDUCTION_SUFFIX) for n in kept) and sorted(map(rank_in_name, kept)) == list(range(8))
     assert "run.json" not in os.listdir(run_dir)  # the processes write their node records only
 
     gathered = dstrace("gather", run_dir, env=env)
@@ -153,7 +157,7 @@ def test_rank_read_where_the_metadata_follows_the_events(tmp_path):
     batch_script = env_in(tmp_path, SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2")  # no srun: a process alone
     result = dstrace("reduce", "-o", run_dir, str(traces), env=batch_script)
     assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(run_dir)) == ["rank2.summary.json.gz", "rank3.summary.json.gz", "run.json"]
+    assert sorted(os.listdir(run_dir)) == ["rank2.a.reduction.arrow", "rank3.b.reduction.arrow", "run.json"]
 
 
 def test_refusals(tmp_path):
@@ -208,9 +212,9 @@ def test_a_second_reduce_never_replaces_a_rank(tmp_path):
     write_trace(str(traces / "rank0.json.gz"), one_rank(0))
     run_dir = str(tmp_path / "run")
     assert dstrace("reduce", "-o", run_dir, str(traces), env=env_in(tmp_path)).returncode == 0
-    kept = (tmp_path / "run" / "rank0.summary.json.gz").read_bytes()
+    kept = (tmp_path / "run" / "rank0.reduction.arrow").read_bytes()
     other = tmp_path / "other"
     other.mkdir()
     write_trace(str(other / "rank0.json.gz"), one_rank(0, events_first=True))
     assert "is in" in refused(tmp_path, "-o", run_dir, str(other))
-    assert (tmp_path / "run" / "rank0.summary.json.gz").read_bytes() == kept
+    assert (tmp_path / "run" / "rank0.reduction.arrow").read_bytes() == kept

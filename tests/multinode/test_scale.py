@@ -1,4 +1,4 @@
-"""256 ranks on 32 hosts, as rank summaries: what the analysis finds from them. How long it takes is
+"""256 ranks on 32 hosts, as kept reductions without their traces: what the analysis finds from them. How long it takes is
 measured by bench/summaries_scale.py, not here."""
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ WORLD = 256
 LATE_RANK = 77
 
 
-def test_256_ranks_from_summaries(tmp_path):
+def test_256_ranks_from_kept_reductions(tmp_path):
     true_offsets = write_run(str(tmp_path), world=WORLD, late_rank=LATE_RANK)
     report_path = tmp_path / "report.json"
     result = dstrace("analyze", str(tmp_path), "--format", "json", "-o", str(report_path))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(report_path.read_text())
     assert report["world_size"] == WORLD and report["missing_ranks"] == [] and len(report["ranks"]) == WORLD
-    assert any(n.startswith(f"read from the {WORLD} rank summaries") for n in report["notes"])  # auto chose them
+    assert any(n.startswith(f"ranks 0-{WORLD - 1} read from their kept reductions") for n in report["notes"])
     clock = report["clock_alignment"]
     for rank, truth in true_offsets.items():
         assert abs(clock[str(rank)]["offset_us"] - truth) < 5.0, (rank, clock[str(rank)], truth)
@@ -26,4 +26,4 @@ def test_256_ranks_from_summaries(tmp_path):
     (wait,) = [f for f in report["findings"] if f["id"] == "peer-wait"]
     late = wait["evidence"]["late_ranks"]
     assert max(late, key=lambda r: late[r]["caused_wait_us"]) == str(LATE_RANK)
-    assert any(n.startswith("peer-wait: full traces in") and "node000_rank0." in n for n in report["notes"])
+    assert any(n.startswith("peer-wait: its ranks' traces, not in") and "node000_rank0." in n for n in report["notes"])

@@ -12,9 +12,10 @@ import subprocess
 
 import pytest
 
-from dstrace.analysis import alignment, collectives, loading, pipeline, summaries, steps as steps_mod
+from dstrace.analysis import alignment, collectives, kept, loading, pipeline, steps as steps_mod
 from dstrace.analysis.render import render
 from dstrace.errors import UserError
+from dstrace.runfolder.names import REDUCTION_SUFFIX, reduction_name
 from dstrace.recording import gather
 from tests.fixtures.paths import ROOT
 from tests.fixtures.processes import cpu_env, dstrace, free_port, tool
@@ -60,7 +61,7 @@ def test_each_node_records_its_own_ranks(two_nodes):
         folder = base / f"node{k}"
         (rank,) = manifests(str(folder))
         seen.append(rank)
-        assert os.path.exists(folder / f"rank{rank}.summary.json.gz")
+        assert os.path.exists(_kept_file(folder, rank))
         record = read_json(str(folder / "nodes" / f"{_node(k)}.json"))
         assert record["node"] == _node(k) and record["nnodes"] == 2 and record["run_id"] == RUN_ID
         assert [r["rank"] for r in record["ranks"]] == [rank] and record["missing_ranks"] == []
@@ -104,38 +105,52 @@ def test_gather_refuses_another_run(two_nodes, tmp_path):
         gather.gather(str(tmp_path / "out"), [str(base / "node0"), str(stranger)])
 
 
-def test_summaries_give_the_report_the_traces_give(two_nodes):
-    """The launcher's summaries are the reductions analyze makes of the traces: the same report, HTA's
-    breakdowns included, but for the notes that say where it was read from and where the traces are."""
+def kept_only(folder):
+    """A copy of the run folder without its traces: what travels when the traces stay on the nodes."""
+    copy = folder.parent / f"{folder.name}-kept"
+    if not copy.exists():
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("*.pt.trace.json.gz"))
+    return copy
+
+
+def test_kept_reductions_give_the_report_the_traces_give(two_nodes):
+    """The reductions record kept are those analyze makes of the traces: without the traces, the same report,
+    HTA's breakdowns included, but for the folder and the notes that say the traces are not there."""
     _, merged = two_nodes
+    assert len([n for n in os.listdir(merged) if n.endswith(REDUCTION_SUFFIX)]) == 2
     traced = loading.load_run(str(merged), progress=lambda m: None)
-    from_summaries = summaries.load_summaries(str(merged))
+    alone = kept_only(merged)
+    from_kept = loading.load_run(str(alone), progress=lambda m: None)
+    assert all(t.trace_absent for t in from_kept.traces.values()) and not any(t.trace_absent for t in traced.traces.values())
     assert len(collectives.collective_events(traced)) >= 2 * WINDOW_STEPS * 2 * 5
     a = json.loads(render(pipeline.analyze(traced), "json"))
-    b = json.loads(render(pipeline.analyze(from_summaries), "json"))
-    where = [n for n in b["notes"] if n.startswith("read from the 2 rank summaries") or ": full traces in " in n]
+    b = json.loads(render(pipeline.analyze(from_kept), "json").replace(str(alone), str(merged)))
+    where = [n for n in b["notes"] if n.startswith("ranks 0, 1 read from their kept reductions") or
+             ": its ranks' traces, not in " in n]
     assert where and [n for n in b["notes"] if n not in where] == a["notes"]
     assert {k: v for k, v in a.items() if k != "notes"} == {k: v for k, v in b.items() if k != "notes"}
 
 
 def load(source: str, folder):
-    """The run in `folder`, read from its traces or from its rank summaries."""
-    if source == "traces":
-        return loading.load_run(str(folder), progress=lambda m: None)
-    return summaries.load_summaries(str(folder))
+    """The run in `folder`, read from its traces or from its kept reductions alone."""
+    return loading.load_run(str(folder if source == "traces" else kept_only(folder)), progress=lambda m: None)
 
 
-def _rewrite_summary(folder, rank: int, **fields) -> None:
-    with gzip.open(folder / f"rank{rank}.summary.json.gz", "rt") as f:
-        summary = json.load(f)
-    summary.update(fields)
-    with gzip.open(folder / f"rank{rank}.summary.json.gz", "wt") as f:
-        json.dump(summary, f)
+def _kept_file(folder, rank: int):
+    (name,) = [n for n in os.listdir(folder) if n.endswith(REDUCTION_SUFFIX) and f"_rank{rank}." in n]
+    return folder / name
 
 
-@pytest.mark.parametrize("source", ["traces", "summaries"])
+def _rewrite_kept(folder, rank: int, **dstrace_meta) -> None:
+    path = _kept_file(folder, rank)
+    got = kept.KeptReduction.load(str(path))
+    got.meta["dstrace"].update(dstrace_meta)
+    got.save(str(path))
+
+
+@pytest.mark.parametrize("source", ["traces", "kept"])
 def test_a_rank_of_another_run_is_refused_from_either_source(two_nodes, tmp_path, source):
-    """Traces and summaries go through one check: a folder holding two runs is refused, naming both."""
+    """Traces and kept reductions go through one check: a folder holding two runs is refused, naming both."""
     _, merged = two_nodes
     folder = tmp_path / "mixed"
     shutil.copytree(merged, folder, ignore=shutil.ignore_patterns("*.manifest.json", "run.json", "nodes"))
@@ -147,28 +162,29 @@ def test_a_rank_of_another_run_is_refused_from_either_source(two_nodes, tmp_path
         with gzip.open(folder / name, "wt") as f:
             json.dump(trace, f)
     else:
-        _rewrite_summary(folder, 1, run_id="another-run")
+        _rewrite_kept(folder, 1, run_id="another-run")
     with pytest.raises(UserError, match=f"different runs are mixed.*run another-run \\(rank 1\\); run {RUN_ID} \\(rank 0\\)"):
         load(source, folder)
 
 
 @pytest.mark.parametrize("damage", ['{"schema": ', "[]"])
-@pytest.mark.parametrize("source", ["traces", "summaries"])
+@pytest.mark.parametrize("source", ["traces", "kept"])
 def test_a_damaged_manifest_is_skipped_from_either_source(two_nodes, tmp_path, source, damage):
-    """Traces and summaries read the manifests alike: an unreadable one (cut short, or JSON but no object)
+    """Traces and kept reductions read the manifests alike: an unreadable one (cut short, or JSON but no object)
     is a warning and a skipped file."""
     _, merged = two_nodes
     folder = tmp_path / "damaged"
     shutil.copytree(merged, folder)
     (folder / "rank1.manifest.json").write_text(damage)
     run = load(source, folder)
+    read = folder if source == "traces" else kept_only(folder)
     assert run.ranks == [0, 1] and sorted(run.manifests) == [0]
-    assert [s["path"] for s in run.skipped] == [str(folder / "rank1.manifest.json")]
+    assert [s["path"] for s in run.skipped] == [str(read / "rank1.manifest.json")]
     assert any(w.startswith("skipped rank1.manifest.json: ") for w in run.warnings)
 
 
 def _shift_node(folder, rank: int, shift_us: float, host: str) -> None:
-    """Make `rank` look recorded on `host`, whose clock reads `shift_us` more: its trace, summary, manifest."""
+    """Make `rank` look recorded on `host`, whose clock reads `shift_us` more: its trace, kept reduction, manifest."""
     (trace_name,) = [n for n in os.listdir(folder) if n.endswith(".pt.trace.json.gz") and f"_rank{rank}." in n]
     with gzip.open(folder / trace_name, "rt") as f:
         trace = json.load(f)
@@ -180,13 +196,19 @@ def _shift_node(folder, rank: int, shift_us: float, host: str) -> None:
     os.remove(folder / trace_name)
     with gzip.open(folder / new_name, "wt") as f:
         json.dump(trace, f)
-    who, reduced = summaries.read_summary(str(folder / f"rank{rank}.summary.json.gz"))
+    old = _kept_file(folder, rank)
+    got = kept.KeptReduction.load(str(old))
+    reduced = got.reduced
     for frame, columns in ((reduced.collectives, ("ts", "end", "host_ts")), (reduced.steps, ("ts", "end")),
                            (reduced.gathers, ("ts",))):
         for col in columns:
             frame[col] += shift_us
-    summaries.write_summary(str(folder / f"rank{rank}.summary.json.gz"), reduced, rank, who["world_size"], host,
-                            who["run_id"], new_name, who["distributed"])
+    if reduced.utilization.get("window_us"):
+        reduced.utilization["window_us"] = [v + shift_us for v in reduced.utilization["window_us"]]
+    got.meta["host_name"] = host
+    got.trace_file = new_name
+    os.remove(old)
+    got.save(str(folder / reduction_name(new_name)))
     manifest = read_json(str(folder / f"rank{rank}.manifest.json"))
     manifest["host"] = host
     (folder / f"rank{rank}.manifest.json").write_text(json.dumps(manifest))
@@ -209,7 +231,7 @@ def aligned(run, policy: str = "auto"):
     return coll, offsets
 
 
-@pytest.mark.parametrize("source", ["traces", "summaries"])
+@pytest.mark.parametrize("source", ["traces", "kept"])
 def test_alignment_recovers_the_other_hosts_clock(shifted, two_nodes, source):
     _, merged = two_nodes
     coll, offsets = aligned(load(source, shifted))
@@ -224,7 +246,7 @@ def test_alignment_recovers_the_other_hosts_clock(shifted, two_nodes, source):
 
 
 def test_analyze_reports_the_offset_and_residual(shifted):
-    result = dstrace("analyze", str(shifted), "--source", "summaries", "--format", "json")
+    result = dstrace("analyze", str(kept_only(shifted)), "--format", "json")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     clock = report["clock_alignment"]["1"]

@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from dstrace.commands.record import finish
+from dstrace.runfolder.names import REDUCTION_SUFFIX, reduction_name
 from dstrace.runfolder.records import RUN_SCHEMA, RunRecord
 from tests.fixtures.paths import LAUNCH
 from tests.fixtures.processes import dstrace, torchrun
@@ -28,10 +29,10 @@ def three_step_run(tmp_path_factory):
 def test_a_one_step_window_is_reduced_and_analyzed(three_step_run):
     run_dir, result = three_step_run
     run = read_json(os.path.join(run_dir, "run.json"))
-    assert "no summary" not in result.stderr and "no rank summaries" not in result.stderr
+    assert "no kept reduction" not in result.stderr
     assert run["status"] == "complete" and run["problems"] == []
-    assert sorted(n for n in os.listdir(run_dir) if n.endswith(".summary.json.gz")) == [
-        "rank0.summary.json.gz", "rank1.summary.json.gz"]
+    assert sorted(n for n in os.listdir(run_dir) if n.endswith(REDUCTION_SUFFIX)) == sorted(
+        reduction_name(os.path.basename(p)) for p in trace_paths(run_dir))
     for path in trace_paths(run_dir):
         with gzip.open(path) as f:
             steps = {e["name"] for e in json.load(f)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
@@ -45,7 +46,7 @@ def test_a_failed_reduction_makes_the_run_incomplete(three_step_run, tmp_path):
     run_dir = str(tmp_path / "copy")
     shutil.copytree(three_step_run[0], run_dir)
     for name in os.listdir(run_dir):
-        if name.endswith(".summary.json.gz"):
+        if name.endswith(REDUCTION_SUFFIX):
             os.unlink(os.path.join(run_dir, name))
     damaged = next(p for p in trace_paths(run_dir) if "_rank1." in p)
     with open(damaged, "r+b") as f:
@@ -53,6 +54,7 @@ def test_a_failed_reduction_makes_the_run_incomplete(three_step_run, tmp_path):
     run = RunRecord(schema=RUN_SCHEMA, run_id="copy", command=["torchrun"], cwd="/", started=1.0, status="running")
     finish(run_dir, run, 0)
     assert run.status == "incomplete"
-    (line,) = [p for p in run.problems if p.startswith("rank 1: no summary: ")]
-    assert "\n" not in line and len(line) > len("rank 1: no summary: ")
-    assert os.path.exists(os.path.join(run_dir, "rank0.summary.json.gz"))
+    (line,) = [p for p in run.problems if p.startswith("rank 1: no kept reduction: ")]
+    assert "\n" not in line and len(line) > len("rank 1: no kept reduction: ")
+    kept = next(p for p in trace_paths(run_dir) if "_rank0." in p)
+    assert os.path.exists(os.path.join(run_dir, reduction_name(os.path.basename(kept))))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import random
 import subprocess
 import sys
 
@@ -86,7 +85,7 @@ CASES = [
     ("link-loop", link_loop, "analyze", 0, "loop of links"),
     ("folder-named-like-a-trace", folder_named_like_a_trace, "analyze", 0, "a folder, not a file"),
     ("fifo-named-like-a-trace", fifo_named_like_a_trace, "analyze", 0, "a FIFO, not a file"),
-    ("dangling-link-summaries", dangling_link, "analyze-summaries", 0, ""),
+    ("dangling-link-text", dangling_link, "analyze-text", 0, ""),
     ("deep-manifest", deep_manifest, "analyze", 0, "nested too deeply"),
     ("deep-run-record", deep_run_record, "analyze", 0, "nested too deeply"),
     ("deep-manifest-compare", deep_manifest, "compare", 0, "nested too deeply"),
@@ -98,7 +97,7 @@ CASES = [
 ]
 VERBS = {
     "analyze": lambda run, tmp: ["analyze", run, "--format", "json", "-o", str(tmp / "report.json")],
-    "analyze-summaries": lambda run, tmp: ["analyze", run, "--source", "auto", "-o", str(tmp / "report.txt")],
+    "analyze-text": lambda run, tmp: ["analyze", run, "-o", str(tmp / "report.txt")],
     "compare": lambda run, tmp: ["compare", run, "-o", str(tmp / "compare.txt")],
     "perfetto": lambda run, tmp: ["view", run, "--perfetto", "-o", str(tmp / "merged.pftrace")],
 }
@@ -153,26 +152,21 @@ def _limited():
     resource.setrlimit(resource.RLIMIT_AS, (LIMITED_AS, LIMITED_AS))
 
 
-def test_a_summary_holding_too_much_json_is_refused_while_it_inflates(small_run, tmp_path):
-    """A summary of a few MB of gzip holding ~100 MB of JSON (~20x, as a torch.profiler trace inflates, so the
-    inflation limit does not stop it): refused on its inflated size, in seconds. Before, it was read whole
-    (the 900 MB one of the report: 83 s and 4.1 GB here, then a MemoryError traceback)."""
-    from dstrace.analysis import summaries
+def test_a_kept_reduction_too_large_for_one_is_refused_unread(small_run, tmp_path):
+    """A kept reduction of a rank whose trace is not in the folder, 300 MiB (a rank's is kilobytes to a few MB):
+    refused by its size with one line, before any of it is read; the other rank is analyzed."""
+    from dstrace.analysis.kept import MAX_KEPT_BYTES
+    from dstrace.runfolder.names import reduction_name
 
-    traces = {r: n for r, n in enumerate(sorted(n for n in os.listdir(small_run) if n.endswith(".gz")))}
-    assert summaries.write_run_summaries(small_run, traces, 2) == []
-    path = os.path.join(small_run, "rank1.summary.json.gz")
-    data = json.loads(gzip.open(path).read())
-    rng = random.Random(1)
-    values = [round(rng.uniform(1e12, 2e12), 3) for _ in range(8)]
-    data["arrays"]["pad"] = {"dtype": "<f8", "values": rng.choices(values, k=(100 << 20) // 18)}
-    with gzip.open(path, "wt") as f:
-        json.dump(data, f)
-    assert os.path.getsize(path) < 10 << 20
-    r = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", small_run, "--source", "summaries"],
-                       env=cpu_env(), capture_output=True, text=True, timeout=60, preexec_fn=_limited)
-    assert_one_line(r, 0, "more than a rank summary dstrace writes")
-    assert "rank1.summary.json.gz" in r.stderr
+    name = sorted(n for n in os.listdir(small_run) if n.endswith(".gz"))[1]
+    os.remove(os.path.join(small_run, name))
+    path = os.path.join(small_run, reduction_name(name))
+    with open(path, "wb") as f:
+        f.truncate(MAX_KEPT_BYTES + (44 << 20))
+    r = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", small_run, "--format", "json"],
+                       env=cpu_env(), capture_output=True, text=True, timeout=120, preexec_fn=_limited)
+    assert_one_line(r, 0, "more than a rank's reduction")
+    assert reduction_name(name) in r.stderr and json.loads(r.stdout)["ranks_found"] == [0]
 
 
 def _sweep(tmp_path, small_run) -> str:

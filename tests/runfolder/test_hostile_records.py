@@ -124,7 +124,7 @@ def test_a_type_confused_trace_is_one_line_for_every_verb(copy_of, tmp_path, cas
 
     run_dir = copy_of()
     for name in os.listdir(run_dir):
-        if name.endswith(".summary.json.gz"):
+        if name.endswith(".reduction.arrow"):
             os.remove(os.path.join(run_dir, name))  # the trace itself is read, not its reduction
     (path,) = glob.glob(os.path.join(run_dir, "*.pt.trace.json.gz"))
     with gzip.open(path, "rt") as f:

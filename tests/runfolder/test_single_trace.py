@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+from dstrace.runfolder.names import reduction_name
 from tests.fixtures.processes import dstrace
-
 
 RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
 
@@ -18,7 +18,7 @@ def test_analyze_one_trace_file_is_a_run_of_that_rank(small_run, tmp_path):
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     report = json.loads(r.stdout)
     assert report["ranks_found"] == [0] and report["trace_dir"] == trace
-    assert os.path.exists(os.path.join(small_run, f".{RANK0}.dstrace-cache.npz"))
+    assert os.path.exists(os.path.join(small_run, reduction_name(RANK0)))
     again = dstrace("analyze", trace, "--format", "json", timeout=120)
     assert again.returncode == 0 and "(from its cache)" in again.stderr and json.loads(again.stdout) == report
 

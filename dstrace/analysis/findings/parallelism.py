@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from dstrace.analysis.findings.inputs import FindingInputs, as_int, finding
 from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
+from dstrace.runfolder.records import error_line
 from dstrace.units import ms, percent, ratio, size, step_ms
 
 DOCS = {
@@ -38,16 +39,6 @@ SPLIT_REMEDY = ("to split the computation, use `deepspeed.init_inference(model, 
                 "activations; all ranks of a TP group must get the same input), a HF `device_map` in one process "
                 "(layers spread over the GPUs), or transformers' `from_pretrained(..., tp_plan=\"auto\")` under "
                 "torchrun; `dstrace compare` of these configurations measures each")
-
-
-def error_line(error: dict | None, limit: int = 200) -> str:
-    """An exception as one line: `Type: first lines of the message`, without pydantic's help links."""
-    if not error:
-        return ""
-    lines = [x.strip() for x in str(error.get("message", "")).splitlines()
-             if x.strip() and not x.strip().startswith("For further information")]
-    text = f"{error.get('type', 'error')}: " + " / ".join(lines)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def version(run: LoadedRun, package: str) -> str | None:
