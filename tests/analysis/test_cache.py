@@ -16,16 +16,16 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import synthetic
-from helpers import quiet
 from dstrace.analysis import hta_adapter, hta_breakdown, kept, loading, parallel, tracefile
 from dstrace.analysis.loading import load_run
 from dstrace.runfolder.folder import RunFolder
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
+from tests.fixtures.paths import ROOT, TRACES
+from tests.fixtures.reports import quiet
+from tests.fixtures.traces import TraceBuilder, write_zero3_traces
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REFERENCE = os.path.join(REPO, "traces", "h200-zero3-tp2-ds0.16.1")
+REFERENCE = os.path.join(TRACES, "h200-zero3-tp2-ds0.16.1")
 
 
 def reference_events_frame(trace_events: list) -> pd.DataFrame:
@@ -69,8 +69,7 @@ def assert_same_events(new: pd.DataFrame, old: pd.DataFrame):
 
 
 def zero3_folder(folder, world_size=2):
-    for b in synthetic.zero3_run(str(folder), world_size=world_size, steps=3, layers=3):
-        b.write(str(folder))
+    write_zero3_traces(str(folder), world_size=world_size, steps=3, layers=3)
     return folder
 
 
@@ -83,7 +82,7 @@ def kept_of(trace_path):
 
 
 def test_events_frame_matches_the_json_loads_frame(tmp_path):
-    b = synthetic.TraceBuilder(0)
+    b = TraceBuilder(0)
     b.host_range("dstrace/step#1", 0.0, 500.0)
     b.nccl("AllGather", 100.0, 50.0, 10, 20)
     b.compute(200.0, 50.0)
@@ -249,7 +248,7 @@ def test_a_reduction_kept_by_other_code_is_parsed_again_where_its_trace_is(tmp_p
 def test_a_changed_trace_is_parsed_again(tmp_path):
     zero3_folder(tmp_path)
     first = load_run(str(tmp_path), progress=quiet)
-    b = synthetic.TraceBuilder(0)
+    b = TraceBuilder(0)
     b.compute(10.0, 5.0)
     path = first.traces[0].path
     b.write(str(tmp_path), os.path.basename(path))
@@ -351,7 +350,7 @@ def test_a_helper_gone_before_its_share_leaves_the_breakdowns_to_this_process():
 def test_a_helper_that_dies_with_its_share_leaves_that_share_out_and_says_so(tmp_path):
     """The helper is busy (a job of the test's) when its share is handed over, then killed: this process's
     breakdowns stay, the helper's are left out with a problem line each."""
-    path = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)][0]
+    path = write_zero3_traces(str(tmp_path), world_size=2, steps=1, layers=1)[0]
     with parallel.helpers(1) as (helper,):
         meta, columns = tracefile.read_trace(path, helping=[helper])
         assert helper.submit(time.sleep, 60)  # the share below waits in the pipe (a small trace: it fits)
@@ -382,7 +381,7 @@ def test_plotting_modules_are_stood_in_for_until_used():
     code = ("import sys; from dstrace.analysis import hta_adapter as h; h.import_analyzers(); "
             "print('narwhals' in sys.modules); import hta.analyzers.breakdown_analysis as b; "
             "print(b.make_subplots(rows=1, cols=2).layout.xaxis.domain, b.px.bar is not None, b.go.Figure().layout.width)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.split("\n")[:2] == ["False", "(0.0, 0.45) True None"]
 
 
@@ -399,7 +398,7 @@ def test_parse_workers_hold_the_memory_budget():
 
 
 def test_parse_workers_is_one_for_little_work(tmp_path):
-    paths = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)]
+    paths = write_zero3_traces(str(tmp_path), world_size=2, steps=1, layers=1)
     assert parallel.worker_count([loading.uncompressed_size(p) for p in paths]) == 1
     with gzip.open(paths[0]) as f:
         assert loading.uncompressed_size(paths[0]) == len(f.read())

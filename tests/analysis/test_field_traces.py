@@ -7,16 +7,17 @@ import os
 import shutil
 
 import pytest
-import synthetic
-from helpers import analyze_dir
 
 from dstrace.analysis.render import render
 from dstrace.analysis.render.terminal import Screen
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.runs import write_manifest
+from tests.fixtures.traces import TraceBuilder
 
 
 def one_step_trace(folder, step_name: str = "ProfilerStep#0") -> None:
     """torch.profiler's own output over one step: a ProfilerStep range, CPU ops and their kernels, no dstrace range."""
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
+    b = TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
     b.host_range(step_name, 0.0, 2_000.0)
     for i in range(4):
         b.host_range("aten::mm", 100.0 + i * 400.0, 50.0, cat="cpu_op")
@@ -42,7 +43,7 @@ SEED_REMEDIES = ("ZeRO-3", "zero3", "AutoTP", "KV cache", "prompt", "synced_gpus
 def idle_gpu_trace(folder, host=None, launch_after=0.9, first_op_us: float | None = None) -> None:
     """One GPU rank, idle 90% of its span: a 50 us kernel every 500 us, each launched `launch_after` of the way
     through the gap before it. `host(builder, gap_start, gap_us)` puts what the host does in each gap."""
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
+    b = TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
     b.host_range("ProfilerStep#5", -10.0, KERNELS * (KERNEL_US + GAP_US) + 20.0)
     for i in range(KERNELS):
         t = i * (KERNEL_US + GAP_US)
@@ -131,7 +132,7 @@ def test_a_blocking_copy_is_named(tmp_path):
 
 
 def test_a_span_with_almost_nothing_on_it_says_so(tmp_path):
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
+    b = TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
     b.compute(0.0, 10.0)
     b.write(str(tmp_path))
     a = analyze_dir(tmp_path)
@@ -163,7 +164,7 @@ def test_zero3_hooks_remedy_needs_zero3_in_the_evidence(zero3_dir):
 def test_communication_bound_without_zero3_or_decoding_names_neither(tmp_path):
     """DDP-like training traces (ProfilerStep, NCCL all-reduces no compute hides): no ZeRO-3 or decoding advice."""
     for r in range(2):
-        b = synthetic.TraceBuilder(r, dstrace_meta=None, run_id=None)
+        b = TraceBuilder(r, dstrace_meta=None, run_id=None)
         b.host_range("ProfilerStep#3", -10.0, 20_000.0)
         t = 0.0
         for _ in range(10):
@@ -192,7 +193,7 @@ def test_no_nccl_tests_advice_on_cpu_collectives():
 
 
 def test_a_missing_rank_is_named_as_a_rank(tmp_path):
-    b = synthetic.TraceBuilder(1, world_size=2)
+    b = TraceBuilder(1, world_size=2)
     for i in range(12):
         b.compute(i * 100.0, 50.0)
     b.write(str(tmp_path))
@@ -283,6 +284,6 @@ def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
 def test_steps_say_no_manifests_only_without_manifests(tmp_path):
     one_step_trace(tmp_path)
     assert "no manifests" in analyze_dir(tmp_path).steps.ms_per_step_covers
-    synthetic.write_manifest(str(tmp_path), 0, world_size=1)  # a manifest with no generate() step times
+    write_manifest(str(tmp_path), 0, world_size=1)  # a manifest with no generate() step times
     covers = analyze_dir(tmp_path).steps.ms_per_step_covers
     assert "no manifests" not in covers and "the manifests hold no generate() step times" in covers

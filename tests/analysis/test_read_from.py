@@ -4,20 +4,20 @@ import json
 import os
 import shutil
 
-import synthetic
-from helpers import quiet
 from dstrace.analysis.kept import write_run_reductions
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.results import Finding
 from dstrace.analysis.pipeline import _trace_pointers, analyze
 from dstrace.analysis.render import render
+from tests.fixtures.reports import quiet
+from tests.fixtures.traces import TraceBuilder
 
 
 def three_of_four(folder):
     """Ranks 0-2 of a 4-rank job, each with its kept reduction beside it, then rank 1's trace taken away."""
     folder.mkdir()
     for r in range(3):
-        b = synthetic.TraceBuilder(r, world_size=4)
+        b = TraceBuilder(r, world_size=4)
         b.compute(0.0, 100.0)
         b.write(str(folder))
     traces = {int(p.name.split("_rank")[1].split(".")[0]): p.name for p in sorted(folder.glob("*.pt.trace.json.gz"))}

@@ -12,11 +12,12 @@ import subprocess
 import pytest
 
 from dstrace.runfolder.names import REDUCTION_SUFFIX, rank_in_name
-from tests.conftest import ROOT, cpu_env, dstrace, free_port, read_json, tool
 from tests.corpus import make_twins
+from tests.fixtures.paths import CORPUS
+from tests.fixtures.processes import analyze_json, cpu_env, dstrace, tool, torchrun
+from tests.fixtures.runs import read_json
 
-DATA = os.path.join(ROOT, "tests", "corpus", "data")
-SAMPLED = os.path.join(DATA, "hta", "tests", "data", "trace_filter")  # HTA's two sampled ranks of a 128-rank job
+SAMPLED = os.path.join(CORPUS, "hta", "tests", "data", "trace_filter")  # HTA's two sampled ranks of a 128-rank job
 SAME = ("device", "world_size", "ranks_found", "missing_ranks", "ranks", "steps", "clock_alignment", "findings",
         "accelerators", "skipped")
 """What the analysis of the reduction must say as the traces' does (notes and warnings name what was read)."""
@@ -42,9 +43,7 @@ def listing(folder: str) -> dict[str, int]:
 
 
 def analysis(folder: str, env: dict) -> dict:
-    result = dstrace("analyze", folder, "--format", "json", env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    report = analyze_json(folder, env=env)
     for rank in report["ranks"].values():
         rank.pop("file")  # where each trace is: the folder given
     return report
@@ -86,8 +85,7 @@ def test_torchrun_processes_split_the_traces(twins, tmp_path):
     run_dir = str(tmp_path / "run")
     env = env_in(tmp_path)
     traces = os.path.join(twins, "hta_all_to_all_8ranks")
-    result = subprocess.run([tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
-                             "--no-python", tool("dstrace"), "reduce", "-o", run_dir, traces],
+    result = subprocess.run([*torchrun(), "--no-python", tool("dstrace"), "reduce", "-o", run_dir, traces],
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [read_json(os.path.join(run_dir, "nodes", n)) for n in sorted(os.listdir(os.path.join(run_dir, "nodes")))]

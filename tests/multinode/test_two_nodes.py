@@ -17,7 +17,9 @@ from dstrace.analysis.render import render
 from dstrace.errors import UserError
 from dstrace.runfolder.names import REDUCTION_SUFFIX, reduction_name
 from dstrace.recording import gather
-from tests.conftest import ROOT, cpu_env, dstrace, free_port, manifests, read_json, tool
+from tests.fixtures.paths import ROOT
+from tests.fixtures.processes import cpu_env, dstrace, free_port, tool
+from tests.fixtures.runs import manifests, read_json
 
 JOB = os.path.join(ROOT, "tests", "multinode", "job.py")
 RUN_ID = "two-nodes"

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from tests.conftest import cpu_env, dstrace
+from tests.fixtures.processes import cpu_env, dstrace
+
 
 RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
 LIMITED_AS = 3 << 30

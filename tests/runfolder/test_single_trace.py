@@ -7,7 +7,7 @@ import json
 import os
 
 from dstrace.runfolder.names import reduction_name
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
 
 RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
 
