@@ -92,7 +92,7 @@ browser:
 
 # DeepSpeed on CPU JIT-builds its shared-memory all-reduce op (deepspeed_shm_comm) at a job's first
 # init_distributed, 5-15 min here. The tests' jobs run two releases, each with its own build folder
-# (tests/conftest.cpu_env, launch/sweeps/cpu-tiny.json): both are built here, before the tests, the way a job
+# (tests/fixtures/processes.cpu_env, launch/sweeps/cpu-tiny.json): both are built here, before the tests, the way a job
 # builds them, so that no test's time limit pays for a build (seconds when they are built already).
 DS_EXTENSIONS := $(HOME)/.cache/torch_extensions
 DS_OP_BUILD := from deepspeed.accelerator import get_accelerator as a; a().create_op_builder("ShareMemCommBuilder").load()

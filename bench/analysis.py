@@ -82,9 +82,10 @@ def clear_cache(folder: str, parse: bool = True) -> None:
 
 def trace_sizes(folder: str) -> list[int]:
     sys.path.insert(0, REPO)
-    from dstrace.analysis.loading import find_trace_files, uncompressed_size
+    from dstrace.analysis.loading import uncompressed_size
+    from dstrace.runfolder.folder import RunFolder
 
-    return [uncompressed_size(p) for p in find_trace_files(folder)]
+    return [uncompressed_size(f.path) for f in RunFolder.scan(folder).trace_candidates]
 
 
 def mb(value: float | None) -> str:

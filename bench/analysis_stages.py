@@ -10,7 +10,7 @@ import statistics
 import time
 
 T0 = time.perf_counter()
-from dstrace.analysis import hta_breakdown, loading, reduction, tracefile  # noqa: E402
+from dstrace.analysis import hta_breakdown, loading, parallel, reduction, tracefile  # noqa: E402
 import dstrace.analysis.render  # noqa: E402,F401 - imported by every `dstrace analyze`
 
 IMPORTS_S = time.perf_counter() - T0
@@ -27,11 +27,12 @@ def stages(path: str) -> dict[str, float]:
 
     timed("decode, 1 process", lambda: tracefile.read_trace(path, 1))
     meta, columns = timed("decode, 2 processes", lambda: tracefile.read_trace(path, 2))
-    timed("HTA breakdowns", lambda: hta_breakdown.rank_breakdowns(path, meta, columns)())
+    timed("HTA breakdowns", lambda: hta_breakdown.rank_breakdowns(path, meta, columns).result())
     events = timed("events frame", lambda: loading.events_frame(columns))
     timed("reduction", lambda: reduction.reduce_rank(events, 1))
-    with tracefile.helpers(1) as helping:  # as `dstrace analyze` parses a trace alone
-        timed("all of it with a helper (decode, HTA, reduction)", lambda: loading.decode_rank(path, 1, helping=helping))
+    with parallel.helpers(1) as helping:  # as `dstrace analyze` parses a trace alone
+        timed("all of it with a helper (decode, HTA, reduction)",
+              lambda: loading.decode_rank(path, 1, helper=helping[0] if helping else None))
     return out
 
 

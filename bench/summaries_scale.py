@@ -30,10 +30,11 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCE_NOTES = re.compile(r'^\s*"(?:read from the \d+ rank summaries|ranks? [\d, -]+ read from their kept reductions'
-                          r'|[a-z0-9-]+: (?:full traces in|its ranks\' traces, not in) ).*",?$')
-"""The notes that say which files the ranks were read from: they name the file format, which differs
-between checkouts of different formats (one JSON line each in the report)."""
+SOURCE_NOTES = re.compile(r'^\s*"(?:read from the \d+ rank summaries|ranks? [\d, -]+ read from (?:their|its) kept reductions?'
+                          r'|[a-z0-9-]+: (?:full traces in|its ranks\' traces, not in|its rank\'s trace, not in) '
+                          r'|read_from": ").*",?$')
+"""The notes and keys that say which files the ranks were read from: they name the file format, which differs
+between checkouts of different formats (one JSON line each in the report; `read_from` is newer than some)."""
 
 
 def _env(repo: str) -> dict:

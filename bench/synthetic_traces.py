@@ -1,6 +1,6 @@
 """Write a synthetic run folder of large Kineto-shaped traces, for benchmarking `dstrace analyze` against HTA.
 
-Each rank's trace looks like the GPU traces `dstrace record` writes (see tests/analysis/synthetic.py
+Each rank's trace looks like the GPU traces `dstrace record` writes (see tests/fixtures/traces.py
 and traces/h200-*): Kineto's own text layout, a `distributedInfo` block and the `dstrace` metadata
 block; per decode step a `dstrace/step#N` range, and per decoder layer the ZeRO-3 ranges
 (`dstrace/zero3.fetch ...`, `dstrace/zero3.allgather bytes=N`, `dstrace/zero3.release ...`), CPU ops,

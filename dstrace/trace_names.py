@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import re
 
+from dstrace.runfolder.range_names import PREFIX
+
 GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
 """Device activity dstrace reads: Kineto writes these for CUDA, ROCm (HIP), Intel XPU and PrivateUse1 devices."""
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver", "xpu_runtime", "xpu_driver",
@@ -71,12 +73,10 @@ and their args no group or sizes, so they have no wait/transfer split and no ban
 GLOO_OP = re.compile(r"^gloo:(\w+)")
 C10D_OP = re.compile(r"^c10d::(\w+)")
 # CPU ops that are communication or bookkeeping, not compute, in a CPU-only trace.
-CPU_NON_COMPUTE = re.compile(r"^(?:c10d::|gloo:|record_param_comms|dstrace/|ProfilerStep#|PyTorch Profiler)")
+CPU_NON_COMPUTE = re.compile(r"^(?:c10d::|gloo:|record_param_comms|" + re.escape(PREFIX) + r"|ProfilerStep#|PyTorch Profiler)")
 HTA_COMM_KERNEL = re.compile(r"^nccl.*Kernel")  # HTA's kernel types; its OTHER counts as compute
 HTA_MEMORY_KERNEL = re.compile(r"^(?:Memcpy|Memset|dma)")
-DSTRACE_STEP = re.compile(r"^dstrace/step#(\d+)$")
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-ALLGATHER_RANGE = re.compile(r"^dstrace/zero3\.allgather bytes=(\d+)")
 
 # Canonical kind for a normalised op name (lower case, letters only), first prefix that matches wins.
 KIND_PREFIXES = (

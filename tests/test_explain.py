@@ -8,7 +8,7 @@ import pytest
 
 from dstrace.analysis.findings import DOCS
 from dstrace.explain import doc_link, section, shipped_doc
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
 
 
 @pytest.mark.parametrize("finding", sorted(DOCS))

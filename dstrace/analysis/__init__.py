@@ -8,17 +8,20 @@ the same options and nothing changed gets its kept report). The `dstrace analyze
 """
 from __future__ import annotations
 
+from dstrace.say import say
 
-def load_and_analyze(run_dir: str, clock_policy: str = "auto", workers: int | None = None, progress=None):
+
+def load_and_analyze(run_dir, clock_policy: str = "auto", workers: int | None = None, progress=None):
     """The one way from a run folder to its Analysis: its ranks (each a trace, or a kept reduction that
-    answers for it or stands alone) loaded and analyzed. `progress(message)` hears what is being read
-    (default: stderr)."""
-    from dstrace.analysis.loading import load_run, stderr_progress
+    answers for it or stands alone) loaded and analyzed. `run_dir`: the folder's path, or its `RunFolder` when
+    the caller has listed it. `progress(message)` hears what is being read (default: stderr)."""
+    from dstrace.analysis.loading import load_run
     from dstrace.analysis.pipeline import analyze
 
-    progress = progress or stderr_progress
+    progress = progress or say
     run = load_run(run_dir, progress=progress, workers=workers)
-    progress(f"analyzing {len(run.traces)} rank(s): breakdowns, collectives, cross-rank alignment")
+    progress(f"analyzing {len(run.traces)} rank{'' if len(run.traces) == 1 else 's'}: breakdowns, collectives, "
+             "cross-rank alignment")
     return analyze(run, clock_policy=clock_policy)
 
 

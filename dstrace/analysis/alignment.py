@@ -8,7 +8,7 @@ import pandas as pd
 
 from dstrace.analysis.clocks import apply_offsets, estimate_clock_offsets, refuse_unsupported
 from dstrace.analysis.matching import match_collectives
-from dstrace.analysis.model import ClockOffset
+from dstrace.analysis.results import ClockOffset
 from dstrace.analysis.peer_wait import split_wait, withhold
 
 def align(coll: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict[int, str | None],

@@ -11,7 +11,7 @@ from collections import deque
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis.model import ClockOffset
+from dstrace.analysis.results import ClockOffset
 from dstrace.rankset import ranks_text
 
 RESIDUAL_MAX_SHARE = 0.25

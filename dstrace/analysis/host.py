@@ -15,20 +15,11 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import intervals
+from dstrace.runfolder.range_names import PREFIX, WHOLE_CALL_RANGES, range_label
 from dstrace.trace_names import LAUNCH_CATEGORIES
 
 TOP_HOST_ITEMS = 6
 """How many ranges / CPU ops to name: enough to see the pattern, few enough to paste into an issue."""
-WHOLE_CALL_RANGES = re.compile(r"^dstrace/(?:step#\d+|generate|chat)$")
-
-
-def range_label(name: str) -> str:
-    """`dstrace/zero3.fetch LlamaDecoderLayer#12` -> `zero3.fetch LlamaDecoderLayer`; sizes and ids dropped
-    (also `#?`, the id of a parameter DeepSpeed had not numbered)."""
-    label = re.sub(r"#[^#\s]*$", "", name.removeprefix("dstrace/"))
-    return re.sub(r"\s*bytes=\d+", "", label)
-
-
 def gpu_idle(events: pd.DataFrame) -> pd.DataFrame:
     k = events.loc[events["is_gpu"], ["ts", "end"]]
     return intervals.gaps(intervals.merge(k["ts"], k["end"]))
@@ -53,7 +44,7 @@ def host_wait(events: pd.DataFrame, idle: pd.DataFrame) -> float:
 def host_work(ev: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """What the host did: dstrace's ranges (name, ts, dur, end; the whole-call ones left out) and the outermost
     CPU ops. Found once per rank: the idle-time attribution and each step's work read both."""
-    ranges = ev.loc[(ev["cat"] == "user_annotation") & ev["name"].str.startswith("dstrace/")
+    ranges = ev.loc[(ev["cat"] == "user_annotation") & ev["name"].str.startswith(PREFIX)
                     & ~ev["name"].str.match(WHOLE_CALL_RANGES), ["name", "ts", "dur", "end"]]
     ops = intervals.top_level(ev.loc[ev["cat"] == "cpu_op", ["name", "pid", "tid", "ts", "dur", "end"]])
     return ranges, ops
@@ -141,7 +132,7 @@ def host_during_idle(ev: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) 
     out["top_cpu_ops"] = _overlap_by_name(idle, ops, ops["name"])
     calls = ev.loc[ev["cat"].isin(LAUNCH_CATEGORIES), ["name", "ts", "end"]]
     out["runtime_calls"] = _overlap_by_name(idle, calls, calls["name"])
-    user = ev.loc[(ev["cat"] == "user_annotation") & ~ev["name"].str.startswith("dstrace/")
+    user = ev.loc[(ev["cat"] == "user_annotation") & ~ev["name"].str.startswith(PREFIX)
                   & ~ev["name"].str.startswith("ProfilerStep#"), ["name", "ts", "end"]]
     out["user_ranges"] = _overlap_by_name(idle, user, user["name"])
     if capture := graph_capture(ev, idle):

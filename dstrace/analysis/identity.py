@@ -2,7 +2,8 @@
 reduction, `kept`) or a whole report (`report_cache`), and what makes a kept report dstrace's own.
 
 Either may answer only for the very bytes it was made from: the key is a hash of each whole file
-(xxh3-128, ~10 GB/s: well under a parse), never its size, time or a part of it. A kept report sits in a
+(`untrusted.content`, xxh3-128, taken once per analysis on the folder's `RunFolder` entry), never its size,
+time or a part of it. A kept report sits in a
 folder anyone may have written, so one that dstrace did not write itself must never be shown: it is
 sealed with a keyed hash (BLAKE2b) under a secret kept in the user's own cache folder, and one whose seal
 does not verify is no report. (A kept reduction is validated instead, as every run-folder file: see
@@ -17,11 +18,8 @@ import secrets
 from functools import lru_cache
 from importlib import metadata
 
-import xxhash
-
 from dstrace.runfolder.untrusted import open_regular
 
-HASH_READ_BYTES = 8 << 20
 SEAL_BYTES = 32
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,18 +53,6 @@ def versions() -> dict:
 
     return {"dstrace": __version__, "code": code(), "hta": version("holistictraceanalysis"),
             "pandas": version("pandas")}
-
-
-def content(path: str) -> dict:
-    """Size and a hash of every byte: any edit, wherever it is and whatever it does to size and mtime,
-    changes the key. Raises OSError (or `untrusted.Refused` for what is not a regular file)."""
-    h = xxhash.xxh3_128()
-    size = 0
-    with open_regular(path) as f:
-        while chunk := f.read(HASH_READ_BYTES):
-            h.update(chunk)
-            size += len(chunk)
-    return {"size": size, "xxh3_128": h.hexdigest()}
 
 
 def _key_path() -> str:

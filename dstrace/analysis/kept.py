@@ -4,8 +4,9 @@
 rank's `reduction.RankReduction` (what the analysis reads of a rank, HTA's breakdowns included), the
 trace's metadata (everything but its events), its file name, and the key it was made under (the hash of
 the whole trace, the world size the folder's manifests gave, dstrace's code and the HTA and pandas
-versions). `dstrace record` writes one per rank once the job has ended (`write_run_reductions`), `dstrace
-analyze` one for each trace it decodes; both with the one decoder and reduction (`loading.decode_rank`).
+versions). `dstrace record` writes one per rank once the job has ended and `dstrace reduce` one per trace
+it is given (both `write_run_reductions`), `dstrace analyze` one for each trace it decodes without one; all
+with the one decoder and reduction (`loading.decode_rank`).
 
 The file is an Arrow IPC file of one table: a `frame` column and the reduction's three frames side by side
 (`collectives.*`, `steps.*`, `gathers.*`: each row belongs to one of them, its other columns are null),
@@ -29,8 +30,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dstrace.analysis import collectives, identity, reduction
+from dstrace.analysis import identity, rank_collectives, reduction
 from dstrace.analysis.reduction import RankReduction
+from dstrace.analysis.results import HtaBreakdown
 from dstrace.runfolder import untrusted
 from dstrace.runfolder.files import atomic_file
 from dstrace.runfolder.names import REDUCTION_SUFFIX, reduction_name
@@ -48,7 +50,7 @@ MAX_KEPT_BYTES = 256 << 20
 size); a larger file is not one dstrace wrote, and is refused before it is read."""
 META_KEY = b"dstrace"
 FRAMES = ("collectives", "steps", "gathers")
-COLUMNS = {"collectives": collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS,
+COLUMNS = {"collectives": rank_collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS,
            "gathers": reduction.GATHER_COLUMNS}
 NUMERIC = {"collectives": ("ts", "dur", "end", "host_ts", "in_bytes", "out_bytes"),
            "steps": ("step", "ts", "end", "ms"), "gathers": ("ts", "bytes")}
@@ -64,10 +66,11 @@ def kept_path(trace_path: str) -> str:
     return os.path.join(folder, reduction_name(name))
 
 
-def key(trace_path: str, world_hint: int) -> dict:
-    """What a kept reduction must have been made under to answer for the trace as it is now. Raises OSError
-    (or `untrusted.Refused`) when the trace cannot be read."""
-    return {"trace": identity.content(trace_path), "world_hint": world_hint, **identity.versions()}
+def key(trace_path: str, world_hint: int, content: dict | None = None) -> dict:
+    """What a kept reduction must have been made under to answer for the trace as it is now (`content`: the
+    trace's `untrusted.content`, when the folder's listing took it already). Raises OSError (or
+    `untrusted.Refused`) when the trace cannot be read."""
+    return {"trace": content or untrusted.content(trace_path), "world_hint": world_hint, **identity.versions()}
 
 
 @dataclass
@@ -77,10 +80,10 @@ class KeptReduction:
     trace_file: str  # the trace's file name, in the same folder
     key: dict  # `key` when it was made
 
-    def answers_for(self, trace_path: str, world_hint: int) -> bool:
+    def answers_for(self, trace_path: str, world_hint: int, content: dict | None = None) -> bool:
         """Whether this reduction is the one this code makes of the trace as it is now."""
         try:
-            return self.key == key(trace_path, world_hint)
+            return self.key == key(trace_path, world_hint, content)
         except (OSError, untrusted.Refused):
             return False
 
@@ -152,7 +155,7 @@ def _table(kept: KeptReduction) -> pa.Table:
             arrays.append(column)
         before += rows[name]
     head = {"format": FORMAT, "trace_file": kept.trace_file, "key": kept.key, "meta": kept.meta, "rows": rows,
-            "reduced": {k: v for k, v in vars(r).items() if k not in FRAMES}}
+            "reduced": {k: v for k, v in r.plain().items() if k not in FRAMES}}
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={META_KEY: json.dumps(head)}))
 
 
@@ -409,7 +412,7 @@ def _problem(kept: KeptReduction) -> str | None:
                                                 and all(_number(v) for v in u["window_us"])))
             and isinstance(u.get("comm_libraries_us", {}), dict)
             and all(isinstance(k, str) and _number(v) for k, v in u.get("comm_libraries_us", {}).items())
-            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, dict))
+            and isinstance(reduced.host_time, dict) and (reduced.hta is None or isinstance(reduced.hta, HtaBreakdown))
             and isinstance(reduced.step_work, list) and isinstance(reduced.accelerator_events, dict)
             and isinstance(reduced.gpu_host_events, dict)
             and all(isinstance(k, str) and _number(v) for k, v in reduced.gpu_host_events.items())
@@ -420,17 +423,19 @@ def _problem(kept: KeptReduction) -> str | None:
     return None
 
 
-# ---- the run's reductions, as `dstrace record` (and `dstrace reduce`) write them
+# ---- the run's reductions, as `dstrace record` and `dstrace reduce` write them
 
 def write_run_reductions(run_dir: str, traces: dict[int, str], world_size: int,
                          progress=lambda message: None) -> list[str]:
     """Reduce each rank's trace (rank -> file name in `run_dir`) and keep its reduction beside it: what `dstrace
-    record` does once the command has ended. These are the reductions `dstrace analyze` makes and reads, so
-    the first analysis decodes no trace. Returns one line per rank left without one in `run_dir`."""
+    record` does once the command has ended and `dstrace reduce` for the traces it is given. These are the
+    reductions `dstrace analyze` makes and reads, so the first analysis decodes no trace. Returns one line
+    per rank left without one in `run_dir`."""
     from dstrace.analysis.loading import Parsed, parse_traces
+    from dstrace.runfolder.folder import TRACE, FolderFile
 
     paths = {rank: os.path.join(run_dir, name) for rank, name in sorted(traces.items())}
-    parsed = parse_traces(list(paths.values()), progress, world_hint=world_size)
+    parsed = parse_traces([FolderFile(p, TRACE) for p in paths.values()], progress, world_hint=world_size)
     problems = []
     for rank, path in paths.items():
         result = parsed[path]

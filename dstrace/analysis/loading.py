@@ -1,13 +1,14 @@
-"""Find the per-rank traces of a run folder, parse them, and refuse what cannot be analyzed.
+"""Parse the per-rank traces of a run folder, and refuse what cannot be analyzed.
 
-This module, with `tracefile` (parsing one file) and `kept` (a rank's reduction kept beside its trace, or
-alone), is where the analysis reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
+This module, with `runfolder.folder` (the folder listed once, its manifests read once), `tracefile`
+(parsing one file) and `kept` (a rank's reduction kept beside its trace, or alone), is where the analysis
+reads files. It turns a folder into a `LoadedRun`: one `RankTrace` per rank (its
 reduction, `reduction.RankReduction`, and its complete events as a DataFrame when asked for), the
 dstrace manifests when present, and warnings for what it skipped. Input that cannot be analyzed at all
 raises `UserError` with one line saying what is wrong.
 
 Traces without a kept reduction that answers for them are parsed in worker processes, as many at once
-as there are CPUs and memory for (`parse_workers`); each worker parses its trace once, reduces it (HTA's
+as there are CPUs and memory for (`parallel.worker_count`); each worker parses its trace once, reduces it (HTA's
 breakdowns included) with only that rank in memory, and keeps the reduction, which the main process then
 reads: the first and every later analysis see the same reductions, and the main process never holds a
 rank's events unless the caller asks for them. A kept reduction whose trace is not in the folder is the
@@ -15,14 +16,12 @@ rank (`kept`).
 """
 from __future__ import annotations
 
-import json
-import multiprocessing
+import contextlib
 import os
 import re
 import shutil
 import tempfile
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,78 +29,33 @@ import numpy as np
 import pandas as pd
 
 from dstrace.errors import UserError
-from dstrace.analysis import hta_breakdown, kept, reduction, tracefile
-from dstrace.analysis.findings import error_line
-from dstrace.analysis.model import LoadedRun, RankTrace
+from dstrace.analysis import hta_breakdown, kept, parallel, reduction, tracefile
+from dstrace.analysis.loaded import LoadedRun, RankTrace
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.analysis.reduction import RankReduction
 from dstrace.trace_names import GPU_CATEGORIES
 from dstrace.runfolder import untrusted
-from dstrace.runfolder.names import (MANIFEST_SUFFIX, REDUCTION_SUFFIX, RUN_FILE, TRACE_SUFFIXES, rank_in_name,
-                                     trace_names_of)
-from dstrace.runfolder.records import Manifest, RunRecord, read_manifest, read_run, why_no_trace
+from dstrace.runfolder.folder import (FolderFile, NotAFolder, RunFolder, UnreadableFolder, dstrace_metadata,
+                                      host_of, implausible, rank_of, world_of)
+from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE
+from dstrace.runfolder.records import Manifest, RunRecord, error_line, why_no_trace
 from dstrace.say import say
 
 
 ARG_COLUMNS = tracefile.ARG_COLUMNS
 EVENT_COLUMNS = ["name", "cat", "pid", "tid", "ts", "dur", "end", "is_gpu"] + [c for c, _ in ARG_COLUMNS]
-HOST_IN_NAME = re.compile(r"^(?P<host>.+?)_rank\d+")
 
 Progress = Callable[[str], None]
 
-WORKER_PEAK_PER_TRACE_BYTE = 1.6
-"""What parsing a trace adds to memory at its peak, over the trace's JSON size (bench/: about 470 MB for
-a 300 MB trace, 1.55x; a forked worker shares its libraries with the analyze process)."""
-BUDGET_PER_TRACE_BYTE = 2.0
-"""The analysis holds its peak memory to this many times the largest trace's JSON size..."""
-BUDGET_FLOOR_BYTES = 512 << 20
-"""...or to 512 MiB when that is more: the interpreter with pandas and HTA alone takes about 170 MB, so
-2x a small trace would forbid parsing two at once where the memory matters to no one."""
-PARALLEL_MIN_BYTES = 32 << 20
-"""Below this much JSON to parse, starting worker processes costs more than it saves."""
-SPLIT_MIN_BYTES = 64 << 20
-"""A trace parsed alone shares its work with a helper process from this size of JSON on (`shares_work`)."""
-
-
-def stderr_progress(message: str) -> None:
-    say(message)
-
-
-def folder_names(trace_dir: str) -> list[str]:
-    """The names in a run folder, sorted; UserError when it is not a folder or cannot be read."""
-    if not os.path.isdir(trace_dir):
-        raise UserError(f"{trace_dir} is not a folder; give the folder holding the per-rank traces")
+def run_folder(trace_dir: str) -> RunFolder:
+    """The run folder (or the one trace) at `trace_dir`, listed once; UserError when it is not a folder or
+    cannot be read."""
     try:
-        return sorted(os.listdir(trace_dir))
-    except OSError as exc:
-        raise UserError(f"cannot read the folder {trace_dir} ({exc.strerror or exc}); give a folder you can "
-                        "read") from None
-
-
-def is_single_trace(path: str) -> bool:
-    """Whether `path` names one trace file rather than a run folder: analyzed as a run of one rank (#28)."""
-    return os.path.isfile(path) and os.path.basename(path).endswith(TRACE_SUFFIXES + (".json", ".json.gz"))
-
-
-def find_trace_files(trace_dir: str) -> list[str]:
-    """Trace candidates: `*.pt.trace.json[.gz]` if any, else every other `.json`/`.json.gz` file (maybe none)."""
-    names = folder_names(trace_dir)
-    traces = [n for n in names if n.endswith(TRACE_SUFFIXES)]
-    if not traces:
-        traces = [n for n in names if n.endswith((".json", ".json.gz"))
-                  and not n.endswith(MANIFEST_SUFFIX) and n != RUN_FILE]
-    return [os.path.join(trace_dir, n) for n in traces]
-
-
-def dstrace_metadata(data: dict) -> dict | None:
-    """The "dstrace" trace metadata: an object, or a JSON string when added with add_metadata_json."""
-    value = data.get("dstrace")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return None
-    return value if isinstance(value, dict) else None
+        return RunFolder.scan(trace_dir)
+    except NotAFolder as exc:
+        raise UserError(f"{exc}; give the folder holding the per-rank traces") from None
+    except UnreadableFolder as exc:
+        raise UserError(f"{exc}; give a folder you can read") from None
 
 
 def _categorical(columns: tracefile.Columns, name: str) -> pd.Categorical:
@@ -133,38 +87,39 @@ def events_frame(columns: tracefile.Columns) -> pd.DataFrame:
 
 
 def decode_rank(path: str, world_hint: int, reduce: bool = True,
-                helping: list[tracefile.Helper] = ()) -> tuple[dict, pd.DataFrame, RankReduction | None]:
-    """One trace decoded by this process and the `helping` helpers (its metadata and events frame) and, with
-    `reduce`, reduced (HTA's breakdowns included: part of them by a helper while this process reduces).
+                helper: parallel.Helper | None = None) -> tuple[dict, pd.DataFrame, RankReduction | None]:
+    """One trace decoded by this process and the `helper` if any (its metadata and events frame) and, with
+    `reduce`, reduced (HTA's breakdowns included: part of them by the helper while this process reduces).
     Raises ValueError with what is wrong with the file."""
-    meta, columns = tracefile.read_trace(path, helping=list(helping))
+    meta, columns = tracefile.read_trace(path, helping=[helper] if helper is not None else [])
     hta = None
-    try:
-        if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
-            # before the events frame exists: the two never peak together in this process
-            hta = hta_breakdown.rank_breakdowns(path, meta, columns, helping[0] if helping else None)
-            tracefile.release_freed_memory()
-        events = events_frame(columns)
-        del columns
-        if not reduce:
-            return meta, events, None
-        ours = dstrace_metadata(meta)
-        rank, _ = _rank_of(path, meta, ours)
-        world = max(world_hint, _world_of(meta, ours) or 0, (rank or 0) + 1)
-        return meta, events, reduction.reduce_rank(events, world, hta)
-    finally:
-        if hta is not None:
-            hta()  # the helper's answers are read, whatever happened: it serves the next trace
+    if reduce and any(c in GPU_CATEGORIES for c in columns.tables["cat"]):
+        # before the events frame exists: the two never peak together in this process
+        hta = hta_breakdown.rank_breakdowns(path, meta, columns, helper)
+        parallel.release_freed_memory()
+    events = events_frame(columns)
+    del columns
+    if not reduce:
+        return meta, events, None
+    ours = dstrace_metadata(meta)
+    rank, _ = rank_of(path, meta, ours)
+    world = max(world_hint, world_of(meta, ours) or 0, (rank or 0) + 1)
+    reduced = reduction.reduce_rank(events, world)  # while the helper computes its share of HTA's breakdowns
+    if hta is not None and reduced.has_gpu:
+        reduced.hta = hta.result()
+    return meta, events, reduced
 
 
 def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = False,
-               helping: list[tracefile.Helper] = ()) -> tuple[str | None, str | None, pd.DataFrame | None]:
-    """Decode one trace (with the `helping` helpers), reduce it and keep the reduction in the first of
-    `targets` that accepts it. Returns (what is wrong with the file, None, None) or (None, the file written,
-    the events when asked for). In a worker process, only this short answer goes back."""
+               helper: parallel.Helper | None = None, content: dict | None = None
+               ) -> tuple[str | None, str | None, pd.DataFrame | None]:
+    """Decode one trace (with the `helper` if any), reduce it and keep the reduction in the first of
+    `targets` that accepts it, keyed on `content` (the trace's hash taken before the decode, else taken
+    here). Returns (what is wrong with the file, None, None) or (None, the file written, the events when asked
+    for). In a worker process, only this short answer goes back."""
     try:
-        made_under = kept.key(path, world_hint)  # before the decode: a trace changed meanwhile is not answered for
-        meta, frame, reduced = decode_rank(path, world_hint, helping=helping)
+        made_under = kept.key(path, world_hint, content)  # before the decode: a trace changed meanwhile is not answered for
+        meta, frame, reduced = decode_rank(path, world_hint, helper=helper)
     except ValueError as exc:
         return str(exc), None, None
     except OSError as exc:
@@ -179,7 +134,7 @@ def parse_rank(path: str, targets: list[str], world_hint: int, events: bool = Fa
         except OSError:
             continue
     del meta, reduced
-    tracefile.release_freed_memory()  # the trace's working set, before the next trace is parsed
+    parallel.release_freed_memory()  # the trace's working set, before the next trace is parsed
     if written is None:
         return "could not write its reduction anywhere (folder and temporary folder refused)", None, None
     return None, written, frame
@@ -199,41 +154,6 @@ def uncompressed_size(path: str) -> int:
     return size
 
 
-def parse_workers(paths: list[str]) -> int:
-    """How many traces to parse at once, for these traces on this machine now (`workers_for`)."""
-    import psutil
-
-    return workers_for([uncompressed_size(p) for p in paths], _cpus(), psutil.Process().memory_info().rss,
-                       psutil.virtual_memory().available)
-
-
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def shares_work(path: str) -> bool:
-    """Whether a trace parsed by this process alone shares its decode and HTA's breakdowns with a helper
-    process: where there are two CPUs and the trace is large enough to repay it (SPLIT_MIN_BYTES)."""
-    return _cpus() >= 2 and uncompressed_size(path) >= SPLIT_MIN_BYTES
-
-
-def workers_for(sizes: list[int], cpus: int, in_use: int, available: int) -> int:
-    """One per CPU, as many as fit in the memory budget (2x the largest trace's JSON, or 512 MiB when that is
-    more, less what the analyze process holds already) and in the memory available, and one when there is
-    little to parse. `--parse-workers N` overrides it."""
-    if len(sizes) < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
-        return 1
-    budget = max(BUDGET_PER_TRACE_BYTE * max(sizes), BUDGET_FLOOR_BYTES) - in_use
-    by_memory = int(min(budget, available) // (WORKER_PEAK_PER_TRACE_BYTE * max(sizes)))
-    return max(1, min(cpus, len(sizes), by_memory))
-
-
-def _pool_context():
-    """fork where there is one: workers start at once, with pandas already imported, and never re-run the
-    caller's main module (spawn would); they run only dstrace's and HTA's code. Else the default."""
-    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-
-
 @dataclass
 class Parsed:
     """One trace as the analysis reads it: its metadata, its reduction, its events when asked for."""
@@ -242,35 +162,47 @@ class Parsed:
     events: pd.DataFrame | None = None
 
 
-def parse_traces(files: list[str], progress: Progress, workers: int | None = None, world_hint: int = 0,
+def _content(f: FolderFile) -> dict | None:
+    """The trace's hash (taken once per listing); None when it cannot be read: its parse says why."""
+    try:
+        return f.content
+    except (OSError, ValueError):
+        return None
+
+
+def parse_traces(traces: list[FolderFile], progress: Progress, workers: int | None = None, world_hint: int = 0,
                  events: bool = False) -> dict[str, Parsed | str]:
     """path -> its reduction (and events, when asked for) or the reason the file is unusable. Reductions
     come from the kept reductions that answer for their traces (`kept`), or traces are decoded `workers` at
-    a time (None: `parse_workers`); when events are asked for, in this process, one trace at a time."""
+    a time (None: `parse_workers`); when events are asked for, in this process, one trace at a time. Each
+    trace's bytes are hashed once."""
     out: dict[str, Parsed | str] = {}
     todo = []
+    files = [f.path for f in traces]
+    by_path = {f.path: f for f in traces}
     there = [p for p in files if os.path.lexists(kept.kept_path(p))]
     found = dict(zip(there, kept.load_many([kept.kept_path(p) for p in there])))
     for i, path in enumerate(files, 1):
         hit = found.get(path)
-        if not (isinstance(hit, kept.KeptReduction) and hit.answers_for(path, world_hint)):
+        if not (isinstance(hit, kept.KeptReduction) and hit.answers_for(path, world_hint, _content(by_path[path]))):
             todo.append(path)
             continue
         progress(f"parsing trace {i} of {len(files)}: {os.path.basename(path)} (from its kept reduction)")
         out[path] = Parsed(hit.meta, hit.reduced)
-    workers = 1 if events or not todo else parse_workers(todo) if workers is None else max(1, min(workers, len(todo)))
+    workers = (1 if events or not todo else parallel.worker_count([uncompressed_size(p) for p in todo])
+               if workers is None else max(1, min(workers, len(todo))))
     alone = (todo if workers == 1 else []) + ([p for p in files if p not in todo] if events else [])
-    sharing = {p for p in alone if shares_work(p)}
-    with tracefile.helpers(1 if sharing else 0) as helping:  # forked while this process is small
-        def helping_for(path: str) -> list[tracefile.Helper]:
-            return helping if path in sharing else []
+    sharing = {p for p in alone if parallel.shares_work(uncompressed_size(p))}
+    with parallel.helpers(1 if sharing else 0) as helping:  # forked while this process is small
+        def helper_for(path: str) -> parallel.Helper | None:
+            return helping[0] if helping and path in sharing else None
 
         if todo:
-            _parse(files, todo, out, progress, workers, world_hint, events, helping_for)
+            _parse(files, [by_path[p] for p in todo], out, progress, workers, world_hint, events, helper_for)
         for path, parsed in out.items():
             if events and isinstance(parsed, Parsed) and parsed.events is None:
                 try:
-                    parsed.events = decode_rank(path, world_hint, reduce=False, helping=helping_for(path))[1]
+                    parsed.events = decode_rank(path, world_hint, reduce=False, helper=helper_for(path))[1]
                 except ValueError as exc:
                     out[path] = str(exc)
     return {p: out[p] for p in files}
@@ -307,77 +239,42 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _parse(files: list[str], todo: list[str], out: dict, progress: Progress, workers: int, world_hint: int,
-           events: bool, helping_for: Callable[[str], list[tracefile.Helper]]) -> None:
-    """Parse the `todo` traces into `out`: one at a time (each with its `helping_for` helpers), or this
-    process the smallest and `workers - 1` forked workers the others."""
+def _parse(files: list[str], traces: list[FolderFile], out: dict, progress: Progress, workers: int, world_hint: int,
+           events: bool, helper_for: Callable[[str], parallel.Helper | None]) -> None:
+    """Parse the `traces` into `out`: one at a time (each with its `helper_for` helper), or this process the
+    smallest and `workers - 1` forked workers the others. A trace that changed since it was hashed (its kept
+    reduction is keyed on that hash) is refused."""
     scratch = _scratch_folder()
+    todo = [f.path for f in traces]
+    contents = [_content(f) for f in traces]
     try:
         targets = [[kept.kept_path(p), os.path.join(scratch, f"{n}{kept.SUFFIX}")] for n, p in enumerate(todo)]
         for path in todo:
             progress(f"parsing trace {files.index(path) + 1} of {len(files)}: {os.path.basename(path)}")
         hints = [world_hint] * len(todo)
         if workers == 1:
-            results = [parse_rank(p, t, w, events, helping_for(p)) for p, t, w in zip(todo, targets, hints)]
+            results = [parse_rank(p, t, w, events, helper_for(p), c) for p, t, w, c in zip(todo, targets, hints, contents)]
         else:  # this process parses the smallest trace itself (it analyzes the run after), the workers the rest
             own = min(range(len(todo)), key=lambda i: uncompressed_size(todo[i]))
             others = [i for i in range(len(todo)) if i != own]
-            with ProcessPoolExecutor(workers - 1, mp_context=_pool_context(), initializer=tracefile.die_with_parent,
-                                     initargs=(os.getpid(),)) as pool:
-                rest = pool.map(parse_rank, [todo[i] for i in others], [targets[i] for i in others],
-                                [hints[i] for i in others])
-                mine = parse_rank(todo[own], targets[own], hints[own])
-                results = list(rest)
+            with parallel.workers(workers - 1) as pool:
+                rest = [pool.submit(parse_rank, todo[i], targets[i], hints[i], False, None, contents[i]) for i in others]
+                mine = parse_rank(todo[own], targets[own], hints[own], content=contents[own])
+                results = [r.result() for r in rest]
             results.insert(own, mine)
-        written = [w for problem, w, _ in results if problem is None]
-        back = iter(kept.load_many(written))
-        for path, (problem, _, frame) in zip(todo, results):
-            hit = next(back) if problem is None else None
-            fresh = isinstance(hit, kept.KeptReduction) and hit.answers_for(path, world_hint)
-            out[path] = problem or (Parsed(hit.meta, hit.reduced, frame) if fresh
-                                    else "changed while it was being parsed; analyze again")
+        unchanged = [problem is None and not f.changed_since_hashed() for f, (problem, _, _) in zip(traces, results)]
+        for ok, (problem, written, _) in zip(unchanged, results):
+            if problem is None and not ok:
+                with contextlib.suppress(OSError):
+                    os.unlink(written)  # a reduction of other bytes than its key's
+        back = iter(kept.load_many([w for ok, (_, w, _) in zip(unchanged, results) if ok]))
+        for f, content, ok, (problem, _, frame) in zip(traces, contents, unchanged, results):
+            hit = next(back) if ok else None
+            fresh = isinstance(hit, kept.KeptReduction) and hit.answers_for(f.path, world_hint, content)
+            out[f.path] = problem or (Parsed(hit.meta, hit.reduced, frame) if fresh
+                                      else "changed while it was being parsed; analyze again")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-MAX_WORLD_SIZE = 1 << 16
-"""The largest world size (and rank + 1) a trace may claim: beyond any job this analysis can hold (one
-reduction per rank), and what keeps a hostile 10^9 from sizing lists of missing ranks."""
-
-
-def _plausible(value, lowest: int) -> bool:
-    """A rank (lowest 0) or world size (lowest 1) that a real job can have."""
-    return isinstance(value, int) and not isinstance(value, bool) and lowest <= value < MAX_WORLD_SIZE + lowest
-
-
-def _rank_of(path: str, data: dict, meta: dict | None) -> tuple[int | None, str | None]:
-    """The rank a trace claims, and where that came from. distributedInfo wins, then dstrace, then the name;
-    a value no job can have is passed over."""
-    dist = data.get("distributedInfo")
-    if isinstance(dist, dict) and _plausible(dist.get("rank"), 0):
-        return dist["rank"], "distributedInfo"
-    if meta and _plausible(meta.get("rank"), 0):
-        return meta["rank"], "dstrace metadata"
-    rank = rank_in_name(os.path.basename(path))
-    if rank is not None and _plausible(rank, 0):
-        return rank, "file name"
-    return None, None
-
-
-def _implausible(path: str, data: dict, meta: dict | None) -> list[str]:
-    """What the trace claims for its rank or world size that no job can have (and is ignored)."""
-    out = []
-    for where, block in (("distributedInfo", data.get("distributedInfo")), ("dstrace metadata", meta)):
-        if not isinstance(block, dict):
-            continue
-        for key, lowest in (("rank", 0), ("world_size", 1)):
-            if key in block and not _plausible(block[key], lowest):
-                out.append(f"{os.path.basename(path)}: {where} gives {key} {str(block[key])[:40]}, which no job has "
-                           f"(dstrace reads {lowest} to {MAX_WORLD_SIZE + lowest - 1}); ignored")
-    if isinstance(meta, dict) and meta.get("run_id") is not None and not isinstance(meta["run_id"], str):
-        out.append(f"{os.path.basename(path)}: dstrace metadata gives run_id {str(meta['run_id'])[:40]}, which is "
-                   "not text; ignored")
-    return out
 
 
 def _odd_events(path: str, data: dict) -> list[str]:
@@ -400,50 +297,21 @@ def _odd_events(path: str, data: dict) -> list[str]:
     return out
 
 
-def _run_id_of(meta: dict | None) -> str | None:
-    """The run id of the dstrace metadata, when it is text (`_implausible` warns of anything else)."""
-    run_id = (meta or {}).get("run_id")
+def _run_id_of(ours: dict | None) -> str | None:
+    """The run id of the dstrace metadata, when it is text (`folder.implausible` warns of anything else)."""
+    run_id = (ours or {}).get("run_id")
     return run_id if isinstance(run_id, str) else None
 
 
-def host_of(path: str, data: dict) -> str | None:
-    """The host a trace was recorded on: its own `host_name`, else the host in its file name."""
-    host = data.get("host_name")
-    if isinstance(host, str) and host:
-        return host
-    m = HOST_IN_NAME.match(os.path.basename(path))
-    return m.group("host") if m else None
-
-
-def _world_of(data: dict, meta: dict | None) -> int | None:
-    dist = data.get("distributedInfo")
-    if isinstance(dist, dict) and _plausible(dist.get("world_size"), 1):
-        return dist["world_size"]
-    if meta and _plausible(meta.get("world_size"), 1):
-        return meta["world_size"]
-    return None
-
-
-def read_manifests(trace_dir: str, warnings: list[str],
+def folder_records(folder: RunFolder, warnings: list[str],
                    skipped: list[dict[str, str]]) -> tuple[dict[int, Manifest], RunRecord | None]:
     """The folder's rank manifests and run.json, whatever the ranks are read from (traces or kept reductions);
     one that cannot be read is skipped, with a warning."""
-    manifests: dict[int, Manifest] = {}
-    run = None
-    for name in folder_names(trace_dir):
-        if not (name.endswith(MANIFEST_SUFFIX) or name == RUN_FILE):
-            continue
-        path = os.path.join(trace_dir, name)
-        try:
-            if name == RUN_FILE:
-                run = read_run(path)
-            else:
-                m = read_manifest(path)
-                manifests[m.rank] = m
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            skipped.append({"path": path, "reason": str(exc)})
-            warnings.append(f"skipped {name}: {exc}")
-    return manifests, run
+    records = folder.records
+    for f, reason in records.skipped:
+        skipped.append({"path": f.path, "reason": reason})
+        warnings.append(f"skipped {f.name}: {reason}")
+    return records.manifests, records.run
 
 
 def _choose_run(traces: dict[int, RankTrace], run: RunRecord | None, trace_dir: str,
@@ -491,20 +359,19 @@ def _manifests_only(trace_dir: str, manifests: dict[int, Manifest], run: RunReco
                      manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
 
 
-def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int | None = None,
+def load_run(run_dir: str | RunFolder, progress: Progress = say, workers: int | None = None,
              events: bool = False) -> LoadedRun:
-    """Read and validate a run folder. Raises UserError when nothing in it can be analyzed. `workers`: how
-    many traces to parse at once (None: as many as CPUs and memory allow); `events`: keep every rank's
-    events (the timeline needs them; the analysis reads the ranks' reductions only)."""
-    trace_dir = os.path.abspath(trace_dir)
+    """Read and validate a run folder (its path, or its listing when the caller has one). Raises UserError when
+    nothing in it can be analyzed. `workers`: how many traces to parse at once (None: as many as CPUs and
+    memory allow); `events`: keep every rank's events (the timeline needs them; the analysis reads the ranks'
+    reductions only)."""
+    folder = run_dir if isinstance(run_dir, RunFolder) else run_folder(run_dir)
+    trace_dir = folder.path
     warnings: list[str] = []
     skipped: list[dict[str, str]] = []
-    if is_single_trace(trace_dir):  # a run of one rank: the file alone, none of its folder's other files
-        files, alone, manifests, run = [trace_dir], [], {}, None
-    else:
-        files = find_trace_files(trace_dir)
-        alone = kept_without_trace(trace_dir)
-        manifests, run = read_manifests(trace_dir, warnings, skipped)
+    files = folder.trace_candidates  # a single trace: the file alone, none of its folder's other files
+    alone = folder.kept_alone
+    manifests, run = folder_records(folder, warnings, skipped)
     for rank, m in sorted(manifests.items()):
         if m.exit_error:
             warnings.append(f"rank {rank} ended with {error_line(m.exit_error)}")
@@ -517,7 +384,8 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
     parsed: list[tuple[str, dict, dict | None, Parsed]] = []
     results = parse_traces(files, progress, workers, world_hint, events) if files else {}
     if alone:
-        progress(f"reading {len(alone)} kept reduction(s) whose traces are not in the folder")
+        progress(f"reading {len(alone)} kept reduction{'s' if len(alone) > 1 else ''} whose "
+                 f"{'traces are' if len(alone) > 1 else 'trace is'} not in the folder")
     untraced = set()
     for path, got in zip(alone, kept.load_many(alone, progress)):
         if isinstance(got, str):
@@ -541,24 +409,24 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
 
     claims: dict[int, list[str]] = defaultdict(list)
     traces: dict[int, RankTrace] = {}
-    for path, data, meta, parsed_rank in parsed:
-        warnings.extend(_implausible(path, data, meta))
-        warnings.extend(_odd_events(path, data))
-        rank, _ = _rank_of(path, data, meta)
+    for path, meta, ours, parsed_rank in parsed:  # meta: the trace's metadata; ours: its dstrace block
+        warnings.extend(implausible(path, meta, ours))
+        warnings.extend(_odd_events(path, meta))
+        rank, _ = rank_of(path, meta, ours)
         if rank is None and len(parsed) == 1:
             rank = 0
         if rank is None:
             skipped.append({"path": path, "reason": "no rank in it (no distributedInfo, no dstrace metadata, no rankN in the name)"})
             warnings.append(f"skipped {os.path.basename(path)}: cannot tell which rank wrote it")
             continue
-        if meta and isinstance(meta.get("rank"), int) and meta["rank"] != rank:
-            warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {meta['rank']}; using {rank}")
+        if ours and isinstance(ours.get("rank"), int) and ours["rank"] != rank:
+            warnings.append(f"{os.path.basename(path)}: distributedInfo says rank {rank}, dstrace metadata says {ours['rank']}; using {rank}")
         claims[rank].append(path)
         traces[rank] = RankTrace(
-            rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=_world_of(data, meta),
-            host=host_of(path, data), run_id=_run_id_of(meta),
-            distributed=data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else None,
-            dstrace=meta, trace_absent=path in untraced,
+            rank=rank, path=path, reduced=parsed_rank.reduced, events=parsed_rank.events, world_size=world_of(meta, ours),
+            host=host_of(path, meta), run_id=_run_id_of(ours),
+            distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None,
+            dstrace=ours, trace_absent=path in untraced,
         )
     duplicated = {r: p for r, p in claims.items() if len(p) > 1}
     if duplicated:
@@ -569,14 +437,6 @@ def load_run(trace_dir: str, progress: Progress = stderr_progress, workers: int 
         raise UserError(f"no trace in {trace_dir} says which rank wrote it; name them <host>_rank<N>.pt.trace.json.gz")
 
     return settle_run(trace_dir, traces, manifests, run, warnings, skipped)
-
-
-def kept_without_trace(trace_dir: str) -> list[str]:
-    """The kept reductions of a folder whose traces are not in it: each one is its rank."""
-    names = folder_names(trace_dir)
-    present = set(names)
-    return [os.path.join(trace_dir, n) for n in names
-            if n.endswith(REDUCTION_SUFFIX) and not any(t in present for t in trace_names_of(n))]
 
 
 def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int, Manifest], run: RunRecord | None,
@@ -602,7 +462,8 @@ def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int,
     loaded = LoadedRun(trace_dir=trace_dir, traces=ranks, world_size=world_size, run_id=run_id,
                        manifests=manifests, run_record=run, warnings=warnings, skipped=skipped)
     if loaded.missing_ranks:
-        warnings.append(f"no trace for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
+        neither = "trace" if source == "traces" else "trace or kept reduction"
+        warnings.append(f"no {neither} for {ranks_text(loaded.missing_ranks)} of world size {world_size} "
                         f"({len(loaded.missing_ranks)} missing): collectives of a group with a member missing get no "
                         "wait/transfer split")
     return loaded

@@ -19,7 +19,7 @@ from dstrace.analysis.collectives import in_windows
 from dstrace.analysis.matching import (
     CLOCK, GIVEN, GROUP_ABSENT, KIND_UNNAMED, PEER_ABSENT, PEER_UNNAMED, UNMATCHED, absent_members,
 )
-from dstrace.analysis.model import ClockOffset
+from dstrace.analysis.results import ClockOffset
 from dstrace.rankset import ranks_text
 
 
@@ -70,7 +70,7 @@ def split_wait(coll: pd.DataFrame) -> pd.DataFrame:
     return coll
 
 
-def wait_summary(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None) -> dict[int, dict]:
+def waits_by_rank(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | None = None) -> dict[int, dict]:
     """Per rank, over the calls the Collectives table counts (those in the rank's analysed window,
     `collectives.in_windows`, cut at its end): wait, comm time summed per call (and the part of it whose split
     is withheld), who it waited for, and how often it was the one the others waited on. Grouped over all

@@ -7,7 +7,8 @@ import pandas as pd
 
 from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, peer_wait, steps as steps_mod,
                               utilization)
-from dstrace.analysis.model import Analysis, LoadedRun, RankSummary, StepSeries
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import Analysis, HtaBreakdown, RankReport, StepSeries
 from dstrace.rankset import ranks_text
 from dstrace.runfolder.names import REDUCTION_SUFFIX
 from dstrace.trace_names import GPU_HOST_CATEGORIES
@@ -19,8 +20,7 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     device = run.device
     untraced = [r for r, t in sorted(run.traces.items()) if t.trace_absent]
     if untraced:
-        notes.append(f"{ranks_text(untraced)} read from their kept reductions (*{REDUCTION_SUFFIX}): their traces "
-                     f"are not in {run.trace_dir}")
+        notes.append(_untraced_note(untraced, run.trace_dir))
     if device == "none":
         notes.append("no traces were recorded: findings come from the dstrace manifests only")
     elif device == "host-only" and run.gpu_job_untraced:
@@ -58,21 +58,21 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     warnings.extend(hta_warnings)
     stats = collectives.collective_stats(coll, windows)
     notes.extend(collectives.window_notes(coll, windows))
-    waits = peer_wait.wait_summary(coll, windows)
+    waits = peer_wait.waits_by_rank(coll, windows)
 
-    summaries: dict[int, RankSummary] = {}
+    summaries: dict[int, RankReport] = {}
     for r, trace in sorted(run.traces.items()):
         # a rank without GPU kernels in a GPU run has nothing to count; its reduction holds its CPU work
         util = trace.reduced.utilization if trace.has_gpu == (device == "gpu") else utilization.idle_rank()
         w = waits.get(r, {})
-        summaries[r] = RankSummary(
+        summaries[r] = RankReport(
             rank=r, file=trace.path, host=trace.host, span_us=util["span_us"], idle_us=util["idle_us"],
             busy_us=util["busy_us"], exposed_comm_us=util["exposed_comm_us"], collectives=stats.get(r, {}),
             comm_us=w.get("comm_us", 0.0), wait_us=w.get("wait_us", 0.0), waited_for=w.get("waited_for", {}),
             late_count=w.get("late_count", 0), caused_wait_us=w.get("caused_wait_us", 0.0),
-            unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, {}),
+            unsplit_us=w.get("unsplit_us", 0.0), devices=util.get("devices", {}), hta=hta.get(r, HtaBreakdown()),
             host_time=trace.reduced.host_time, comm_libraries_us=util.get("comm_libraries_us", {}),
-            sparse=sparse_span(util, device),
+            sparse=sparse_span(util, device), read_from="kept reduction" if trace.trace_absent else "trace",
         )
         if summaries[r].sparse:
             notes.append(f"rank {r}: {summaries[r].sparse}: too little to split into shares; its times are given "
@@ -140,8 +140,19 @@ def _trace_pointers(run: LoadedRun, found: list) -> list[str]:
         named = [f"rank {r}: {os.path.basename(run.traces[r].path)}" for r in absent[:TRACE_POINTERS_PER_FINDING]]
         if named:
             more = f" and {len(absent) - len(named)} more" if len(absent) > len(named) else ""
-            out.append(f"{f.id}: its ranks' traces, not in {run.trace_dir}: " + "; ".join(named) + more)
+            whose = "its rank's trace" if len(absent) == 1 else "its ranks' traces"
+            out.append(f"{f.id}: {whose}, not in {run.trace_dir}: " + "; ".join(named) + more)
     return out
+
+
+def _untraced_note(untraced: list[int], trace_dir: str) -> str:
+    """The ranks that are their kept reductions, their traces elsewhere; who wrote the reductions no file of
+    theirs says (a reduction names its trace and the code that made it, not the verb)."""
+    if len(untraced) == 1:
+        return (f"{ranks_text(untraced)} read from its kept reduction (*{REDUCTION_SUFFIX}): its trace is not in "
+                f"{trace_dir}")
+    return (f"{ranks_text(untraced)} read from their kept reductions (*{REDUCTION_SUFFIX}): their traces are not in "
+            f"{trace_dir}")
 
 
 def _unknown_world_warning(run: LoadedRun, coll: pd.DataFrame) -> str | None:

@@ -9,13 +9,13 @@ small frames per rank instead of millions of events, and a second analysis never
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import collectives, host, intervals, utilization
-from dstrace.trace_names import ACCELERATOR_CATEGORIES, ALLGATHER_RANGE, GPU_HOST_CATEGORIES, DSTRACE_STEP, PROFILER_STEP
+from dstrace.analysis import host, intervals, rank_collectives, utilization
+from dstrace.analysis.results import HtaBreakdown
+from dstrace.runfolder.range_names import ALLGATHER_RANGE, DSTRACE_STEP, PREFIX, range_label
+from dstrace.trace_names import ACCELERATOR_CATEGORIES, GPU_HOST_CATEGORIES, PROFILER_STEP
 
 STEP_SOURCES = (("dstrace/step ranges", DSTRACE_STEP.pattern), ("ProfilerStep ranges", PROFILER_STEP.pattern))
 """Where step ranges come from, most informative first: the run uses the first source any rank has."""
@@ -26,17 +26,26 @@ GATHER_COLUMNS = ["ts", "bytes"]
 @dataclass
 class RankReduction:
     has_gpu: bool
-    collectives: pd.DataFrame  # `collectives.rank_collectives`: NCCL kernels on a GPU rank, CPU ops otherwise
+    collectives: pd.DataFrame  # `rank_collectives.rank_collectives`: NCCL kernels on a GPU rank, CPU ops otherwise
     steps: pd.DataFrame  # STEP_COLUMNS, one row per step of each source the rank has
     gathers: pd.DataFrame  # GATHER_COLUMNS: the rank's dstrace/zero3.allgather host ranges
     utilization: dict  # `utilization.utilization` over the rank's GPU kernels, or its CPU work when it has none,
     # with `work_items`: how many kernels (CPU ops and collectives) it counted
     host_time: dict = field(default_factory=dict)  # `host.host_during_idle`, GPU ranks only
-    hta: dict | None = None  # {"breakdowns", "problems"} from `hta_breakdown.rank_breakdowns`, GPU ranks only
+    hta: HtaBreakdown | None = None  # `hta_breakdown.rank_breakdowns`, GPU ranks only
     step_work: list = field(default_factory=list)  # `step_work`: per step, GPU kernel time and host work by name
     accelerator_events: dict = field(default_factory=dict)  # category -> events, of ACCELERATOR_CATEGORIES
-    nccl_host_calls: dict = field(default_factory=dict)  # `collectives.nccl_host_calls`, ranks without GPU activity
+    nccl_host_calls: dict = field(default_factory=dict)  # `rank_collectives.nccl_host_calls`, ranks without GPU activity
     gpu_host_events: dict = field(default_factory=dict)  # `gpu_host_events`, ranks without GPU activity
+
+    def __post_init__(self) -> None:
+        if isinstance(self.hta, dict):  # read from a file: `HtaBreakdown.stored`; TypeError when it is not that
+            self.hta = HtaBreakdown.from_stored(self.hta)
+
+    def plain(self) -> dict:
+        """The fields but the frames, as JSON values: what a reduction's file holds beside the frames."""
+        return {k: v.stored() if isinstance(v, HtaBreakdown) else v for k, v in vars(self).items()
+                if not isinstance(v, pd.DataFrame)}
 
 
 def accelerator_events(events: pd.DataFrame) -> dict[str, int]:
@@ -102,7 +111,7 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, o
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
     kernels = events.loc[events["is_gpu"], ["name", "ts", "dur"]]
     host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
-                            pd.DataFrame({"name": "dstrace/" + ranges["name"].astype(str).map(host.range_label),
+                            pd.DataFrame({"name": PREFIX + ranges["name"].astype(str).map(range_label),
                                           "ts": ranges["ts"], "dur": ranges["dur"]}),
                             compile_work(events)[["name", "ts", "dur"]]], ignore_index=True)
 
@@ -139,11 +148,11 @@ def _own_window(steps: pd.DataFrame) -> tuple[float, float] | None:
     return float(first["ts"].min()), float(first["end"].max())
 
 
-def reduce_rank(events: pd.DataFrame, world_size: int, hta: Callable[[], dict] | None = None) -> RankReduction:
-    """The rank's reduction; `hta` gives its HTA breakdowns (`hta_breakdown.rank_breakdowns`), asked for last:
-    a helper process may still be computing part of them."""
+def reduce_rank(events: pd.DataFrame, world_size: int, hta: HtaBreakdown | None = None) -> RankReduction:
+    """The rank's reduction, with its HTA breakdowns `hta` (`hta_breakdown.rank_breakdowns`) when it has GPU
+    work."""
     has_gpu = bool(events["is_gpu"].any()) if len(events) else False
-    coll = collectives.rank_collectives(events, has_gpu, world_size)
+    coll = rank_collectives.rank_collectives(events, has_gpu, world_size)
     steps = step_ranges(events)
     work = host.host_work(events)
     if has_gpu:
@@ -158,7 +167,7 @@ def reduce_rank(events: pd.DataFrame, world_size: int, hta: Callable[[], dict] |
     reduced = RankReduction(has_gpu=has_gpu, collectives=coll, steps=steps, gathers=gather_ranges(events),
                             utilization=util, host_time=host_time, step_work=step_work(events, steps, *work),
                             accelerator_events=accelerator_events(events),
-                            nccl_host_calls={} if has_gpu else collectives.nccl_host_calls(events),
-                            gpu_host_events={} if has_gpu else gpu_host_events(events))
-    reduced.hta = hta() if has_gpu and hta is not None else None
+                            nccl_host_calls={} if has_gpu else rank_collectives.nccl_host_calls(events),
+                            gpu_host_events={} if has_gpu else gpu_host_events(events),
+                            hta=hta if has_gpu else None)
     return reduced

@@ -21,7 +21,8 @@ import os
 
 from dstrace.analysis import identity
 from dstrace.runfolder import untrusted
-from dstrace.runfolder.names import REDUCTION_SUFFIX, REPORT_CACHE_PREFIX, derived_from_the_run, trace_names_of
+from dstrace.runfolder.folder import FolderRefused, RunFolder
+from dstrace.runfolder.names import REPORT_CACHE_PREFIX
 from dstrace.runfolder.records import write_json_atomic
 from dstrace.say import say
 
@@ -31,25 +32,17 @@ MAX_REPORT_BYTES = 256 << 20
 """A kept report larger than this is not one dstrace wrote."""
 
 
-def key(run_dir: str, options: dict) -> str | None:
-    """What the report of `run_dir` under `options` depends on, hashed; None when the folder cannot be read
-    (or holds something that is not a file where a file is expected: the analysis then says what)."""
+def key(folder: RunFolder, options: dict) -> str | None:
+    """What the report of the run folder under `options` depends on, hashed (each file's `content`, which the
+    analysis then reuses); None when a file cannot be read (or is not a file where a file is expected: the
+    analysis then says what)."""
     try:
-        entries = list(os.scandir(run_dir))
-        names = {e.name for e in entries}
-        files = {e.name: identity.content(e.path) for e in entries
-                 if not derived_from_the_run(e.name) and not _kept_for_a_trace_here(e.name, names) and e.is_file()}
+        files = {f.name: f.content for f in folder.run_files}
     except (OSError, untrusted.Refused):
         return None
-    payload = {"dir": os.path.abspath(run_dir), "files": files, "options": options,
+    payload = {"dir": folder.path, "files": files, "options": options,
                "versions": identity.versions()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def _kept_for_a_trace_here(name: str, names: set[str]) -> bool:
-    """A kept reduction whose trace is in the folder is derived from it (the trace's hash counts); one whose
-    trace is not is the rank, and counts itself."""
-    return name.endswith(REDUCTION_SUFFIX) and any(t in names for t in trace_names_of(name))
 
 
 def path(run_dir: str, fmt: str) -> str:
@@ -92,8 +85,12 @@ def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", workers: int |
         options |= screen.options()
     elif fmt in ("markdown", "html") and screen is not None:
         options["verbose"] = screen.verbose  # the whole legend or the terms used
+    try:  # listed once: the report's key and the analysis read the same listing, each file hashed once
+        folder = RunFolder.scan(run_dir)
+    except FolderRefused:
+        folder = None  # the analysis says what is wrong
     single = os.path.isfile(run_dir)  # one trace file: its reduction is kept beside it, no report is
-    wanted = None if single else key(run_dir, options)  # None for a folder that cannot be read
+    wanted = None if single or folder is None else key(folder, options)
     kept = read(run_dir, fmt, wanted) if wanted else None
     if kept is not None:
         say(f"nothing in the folder changed since the last analysis: its report, from {path(run_dir, fmt)}")
@@ -101,7 +98,7 @@ def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", workers: int |
     from dstrace.analysis import load_and_analyze
     from dstrace.analysis.render import render  # pandas: only when there is no kept report to print
 
-    analysis = load_and_analyze(run_dir, clock_policy=clock_policy, workers=workers)
+    analysis = load_and_analyze(folder or run_dir, clock_policy=clock_policy, workers=workers)
     report, warnings = render(analysis, fmt, screen), list(analysis.warnings)
     if wanted:
         write(run_dir, fmt, wanted, report, warnings)

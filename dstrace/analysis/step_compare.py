@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from dstrace.analysis.model import LoadedRun
+from dstrace.analysis.loaded import LoadedRun
 from dstrace.analysis.reduction import STEP_WORK_ITEMS
 from dstrace.analysis.step_kinds import BOUNDARY_KINDS, step_kinds
 from dstrace.errors import UserError

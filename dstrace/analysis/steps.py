@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis.model import LoadedRun, StepSummary
+from dstrace.analysis.loaded import LoadedRun
+
+from dstrace.analysis.results import StepSummary
 from dstrace.analysis.reduction import STEP_SOURCES
 from dstrace.analysis.shift import ProfilerCost, profiler_cost
 from dstrace.analysis.step_kinds import BOUNDARY_KINDS, UNPROFILED, step_kinds

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -28,6 +27,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from dstrace.analysis import parallel
+from dstrace.analysis.parallel import release_freed_memory
 from dstrace.runfolder import untrusted
 from dstrace.trace_names import C10D_OP, GLOO_OP, GPU_CATEGORIES, LAUNCH_CATEGORIES, NCCL_HOST_RANGE
 
@@ -211,21 +212,72 @@ def _duplicate_keys(text: bytes) -> list[str]:
     return found
 
 
-EVENT_KEYS = (b'"ts":', b'"dur":')
-"""The event keys every time in a report comes from, as Kineto writes them: a piece of the event array that
-holds more of one than it has events gives it twice somewhere (or has it among some event's args), and is
-then looked at key by key. Only these two are counted: each count costs ~5% of the decode."""
+EVENT_KEYS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id")
+"""The keys looked for twice inside each event (`_event_keys_twice`): those the decoder reads, and a flow's `id`.
+Any other key given twice is found too, in an event looked at key by key."""
 ARRAY_AT = b'{"traceEvents": '
 """What the event array's last piece is put after, to decode it with the top-level keys that follow it."""
+OPEN = ord("{")
+MARK_BITS, MARKED = 0x41, 0x7B
+"""`byte | MARK_BITS == MARKED` for `:` and `{` (and `;` and `z`): one comparison finds both."""
+_SIGNS = np.array([0] + [int.from_bytes(b'"%s":' % k.encode(), "little") << 8 * (5 - len(k)) for k in EVENT_KEYS],
+                  dtype=np.uint64)
+"""Per key code (1, 2, ...): `"key":` as the 8 bytes up to the colon hold it, read little-endian (the colon the
+top byte), masked by `_MASKS`."""
+_MASKS = np.array([0] + [((1 << 8 * (len(k) + 3)) - 1) << 8 * (5 - len(k)) for k in EVENT_KEYS], dtype=np.uint64)
+_EVENT_OPENERS = tuple((int.from_bytes(b, "little") << 8 * (8 - len(b)), ((1 << 8 * len(b)) - 1) << 8 * (8 - len(b)))
+                       for b in (b",{", b"[{", b", {", b"[ {", b",\n{", b"[\n{", b"\n  {", b"\n    {"))
+"""(bytes, mask) of what comes before a `{` that opens an event, as read like `_SIGNS`: right after the `,` or
+`[` of the event array, or one space or newline after it, or Kineto's `\n  ` (`\n    ` where the array itself
+is indented, as `json.dump(indent=2)` writes it)."""
+_CODE_AT = np.zeros(1 << 16, dtype=np.intp)
+"""Key code by a tail's bytes 3 and 4 read little-endian: the key's third- and second-last bytes (`"p` for ph, `ca`
+for cat, `pi`, `ti`, `am`, ...: distinct for EVENT_KEYS)."""
+_CODE_AT[[int.from_bytes(int(sign).to_bytes(8, "little")[3:5], "little") for sign in _SIGNS[1:]]] = \
+    np.arange(1, len(EVENT_KEYS) + 1)
+assert np.count_nonzero(_CODE_AT) == len(EVENT_KEYS), "two EVENT_KEYS share their bytes 3 and 4"
 
 
-def _event_keys_twice(text: bytes | bytearray, events: int, start: int = 0, end: int | None = None) -> list[str]:
-    """The keys given twice in an object of `text[start:end]`, a piece of the event array with `events`
-    events (`_duplicate_keys`), looked for only where counting its `EVENT_KEYS` says one may be (no copy)."""
+def _event_keys_twice(text, events: int, start: int = 0, end: int | None = None) -> list[str]:
+    """The keys given twice in an object of `text[start:end]`, a piece of the event array with `events` events
+    (`_duplicate_keys`), looked for only in the events where one of EVENT_KEYS occurs twice.
+
+    One numpy pass over the piece (no copy) finds each `:` and `{` and reads the 8 bytes up to each: the `{`
+    that open events (`_EVENT_OPENERS`) cut the keys (`_SIGNS`) into events, and an event whose sum of
+    `1 << key code` differs from their bitwise or holds a code twice. Keys in args count as the event's: the
+    events flagged (a metadata event's `args.name` flags it) are looked at key by key, together. Where the
+    `{` found are not one per event (lists of objects in args, other whitespace), the piece is looked at
+    whole if it holds more of one key than events: a key twice in a piece where some events lack it then
+    passes unseen. What it costs next to the decode: bench/duplicate_keys.py."""
     end = len(text) if end is None else end
-    if all(text.count(key, start, end) <= events for key in EVENT_KEYS):
+    a = np.frombuffer(text, dtype=np.uint8, count=end - start, offset=start)
+    if len(a) < 16:
+        return _duplicate_keys(a.tobytes())
+    at = np.flatnonzero((a | MARK_BITS) == MARKED)  # each `:` and `{` (and `;`, `z`, which match no key)
+    tails = np.ndarray(shape=(len(a) - 7,), dtype="<u8", buffer=a, strides=(1,))
+    tail = tails[at - 7]  # the 8 bytes up to each mark
+    early = int(np.searchsorted(at, 7))  # marks in the first 7 bytes (read from the end above): theirs, after zeros
+    if early:
+        head = np.zeros(15, dtype=np.uint8)
+        head[7:] = a[:8]
+        tail[:early] = np.ndarray(shape=(8,), dtype="<u8", buffer=head, strides=(1,))[at[:early]]
+    opening = np.flatnonzero(tail.view(np.uint8)[7::8] == OPEN)
+    heads = tail[opening]
+    firsts = opening[np.logical_or.reduce([heads & np.uint64(m) == np.uint64(b) for b, m in _EVENT_OPENERS])]
+    code = np.take(_CODE_AT, np.ndarray(shape=(len(tail),), dtype="<u2", buffer=tail, offset=3, strides=(8,)))
+    code[tail & np.take(_MASKS, code) != np.take(_SIGNS, code)] = 0
+    if len(firsts) != events:
+        counts = np.bincount(code, minlength=len(_SIGNS))[1:]
+        return _duplicate_keys(a.tobytes()) if (counts > events).any() else []
+    if not events:
         return []
-    return _duplicate_keys(text[start:end])
+    bits = np.left_shift(np.int64(1), code) & ~np.int64(1)
+    twice = np.flatnonzero(np.add.reduceat(bits, firsts) != np.bitwise_or.reduceat(bits, firsts))
+    if not len(twice):
+        return []
+    bounds = at[firsts].tolist() + [len(a)]
+    return _duplicate_keys(b"[" + b",".join(a[bounds[i]:bounds[i + 1]].tobytes().rstrip(b" \t\r\n,]")
+                                            for i in twice.tolist()) + b"]")
 
 
 def _objects(values) -> np.ndarray:
@@ -385,26 +437,6 @@ class _Builder:
         return columns
 
 
-def _libc_trim():
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_TRIM = _libc_trim()
-
-
-def release_freed_memory() -> None:
-    """Hand freed memory back to the system. glibc keeps freed blocks below its (self-raising) mmap threshold
-    in the process: the pieces' arrays, freed once joined into columns, would otherwise stay and count
-    twice in the parse's peak. No-op where there is no glibc."""
-    if _TRIM is not None:
-        _TRIM(0)
-
-
 class _NotKineto(Exception):
     """The file is not laid out as Kineto writes it; decode it whole instead."""
 
@@ -446,17 +478,18 @@ def _read_whole(path: str) -> tuple[dict, Columns]:
     events = _events(top["traceEvents"])
     if len(events) > MAX_EVENTS:
         raise _too_many(len(events))
-    b.add(events, keys_twice=_event_keys_twice(text, len(events)))
+    b.add(events, keys_twice=_event_keys_twice(top["traceEvents"], len(events)))
     del events
     meta = _meta(top)
     del top, text
     return meta, b.finish()
 
 
-def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]:
+def _read_pieces(path: str, jobs: list[parallel.Job] = ()) -> tuple[dict, _Builder]:
     """Decode the event array piece by piece in one growing buffer: each piece runs from the `[` that opens
     it to the `,` after its last event, which is made a `]` for the decode and then the next piece's `[`.
-    With helpers, of every len(helpers) + 1 pieces this process decodes one and hands each helper one."""
+    With helpers' `decode_pieces` jobs, of every len(jobs) + 1 pieces this process decodes one and sends each
+    job one (its index in 8 bytes, then the piece)."""
     b = _Builder()
     chunks = untrusted.read_ahead(untrusted.json_chunks(path, CHUNK_BYTES))
     buf = bytearray(next(chunks, b""))
@@ -476,9 +509,9 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
                 raise _too_many(events)
             buf[close] = ord("]")
             with memoryview(buf) as view:
-                turn = k % (len(helpers) + 1)
+                turn = k % (len(jobs) + 1)
                 if turn:
-                    helpers[turn - 1].hand(k, view[opener:close + 1])
+                    jobs[turn - 1].send(k.to_bytes(8, "little") + view[opener:close + 1])
                 else:
                     events_here = EVENTS.decode(view[opener:close + 1])
                     b.add(events_here, k, _event_keys_twice(buf, len(events_here), opener, close + 1))
@@ -510,197 +543,33 @@ def _read_pieces(path: str, helpers: list[Helper] = ()) -> tuple[dict, _Builder]
     return head, b
 
 
-DECODE = "decode"
-"""The job that has a helper decode the pieces handed to it (`Helper.begin`) until an empty one."""
-
-
-class Helper:
-    """A process forked while this one is small, that runs jobs beside this one, one after another: a trace's
-    decode (it decodes the pieces handed to it while this process inflates and decodes the rest, then
-    answers with its pieces as columns, `_Builder.share`), or a function (HTA's breakdowns), answered with
-    its result. Pieces go through the pipe from a thread here, so handing one over never waits for the
-    helper. One helper serves every trace of a run: forked once, its memory is its own work's."""
-
-    def __init__(self, ctx) -> None:
-        self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_helper_main, args=(theirs, os.getpid()), daemon=True, name="dstrace-helper")
-        self.proc.start()
-        theirs.close()
-        self.thread = None
-        self.broken: BaseException | None = None
-
-    def begin(self) -> bool:
-        """Start a decode: the helper takes the pieces handed to it until `answer`. False when it is gone."""
-        import queue
-        import threading
-
-        if not self.submit(DECODE):
-            return False
-        self.waiting: queue.Queue = queue.Queue(2)
-        self.thread = threading.Thread(target=self._send, name="dstrace-hand-off", daemon=True)
-        self.thread.start()
-        return True
-
-    def _send(self) -> None:
-        while (item := self.waiting.get()) is not None:
-            if self.broken is None:
-                try:
-                    self.conn.send_bytes(item)
-                except OSError as exc:  # the helper is gone: the caller decodes alone
-                    self.broken = exc
-        if self.broken is None:
-            with contextlib.suppress(OSError):
-                self.conn.send_bytes(b"")
-
-    def hand(self, k: int, piece) -> None:
-        self.waiting.put(k.to_bytes(8, "little") + piece)
-
-    def answer(self) -> tuple:
-        """(None, shared pieces) or (the helper's error, None); raises OSError/EOFError when it died."""
-        self._end_decode()
-        if self.broken is not None:
-            raise self.broken
-        return self.conn.recv()
-
-    def _end_decode(self) -> None:
-        if self.thread is not None:
-            self.waiting.put(None)
-            self.thread.join()
-            self.thread = None
-
-    def submit(self, job, *args) -> bool:
-        """Start a job: DECODE or `job(*args)`; False when the helper cannot take it (gone, or the arguments
-        do not pickle): the caller then does it itself. Answers come back in the order of the jobs."""
-        if self.broken is not None or self.thread is not None:
-            return False
-        try:
-            self.conn.send(job if job == DECODE else (job, args))
-            return True
-        except Exception as exc:  # noqa: BLE001 - a closed pipe, or arguments that do not pickle
-            self.broken = exc
-            return False
-
-    def result(self):
-        """The oldest unanswered job's result; raises what it raised, or OSError/EOFError when the helper died."""
-        error, value = self.conn.recv()
-        if error is not None:
-            raise error
-        return value
-
-    def close(self) -> None:
-        if self.thread is not None:
-            self.broken = self.broken or OSError("stopped")
-            with contextlib.suppress(Exception):
-                while True:
-                    self.waiting.get_nowait()
-            self._end_decode()
-        self.proc.terminate()
-        self.proc.join()
-        self.conn.close()
-
-
-def _decode_handed(conn) -> tuple:
-    """Decode each piece handed over until an empty one: (None, the pieces shared) or, having read on to the
-    end so the sender never blocks on a helper that stopped reading, (the first error, None)."""
-    b, error = _Builder(), None
+def decode_pieces(pieces) -> tuple:
+    """A helper's job (`parallel.Helper.submit(decode_pieces, stream=True)`): decode each piece sent, its index
+    in 8 bytes and then the piece (`_read_pieces`), and answer with them as columns (`_Builder.share`)."""
+    b = _Builder()
     with _no_collections():
-        while message := conn.recv_bytes():
-            if error is None:
-                try:
-                    with memoryview(message) as view:
-                        events = EVENTS.decode(view[8:])
-                        b.add(events, int.from_bytes(view[:8], "little"), _event_keys_twice(message, len(events), 8))
-                        del events
-                except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
-                    error = exc
-    return (error, None) if error is not None else (None, b.share())
+        for message in pieces:
+            with memoryview(message) as view:
+                events = EVENTS.decode(view[8:])
+                b.add(events, int.from_bytes(view[:8], "little"), _event_keys_twice(message, len(events), 8))
+                del events
+    return b.share()
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int) -> None:
-    """Have the kernel kill this forked process when `parent` (the thread that forked it) ends, however it ends
-    (SIGKILL included: no handler of the parent's runs then). Linux only (prctl PR_SET_PDEATHSIG); elsewhere
-    a helper ends when its pipe closes. A parent already gone before the prctl ends this process now."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def _helper_main(conn, parent: int) -> None:
-    """The helper process: run each job sent, answer it, let go of its memory, until the pipe closes."""
-    die_with_parent(parent)
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            break
-        if job == DECODE:
-            answer = _decode_handed(conn)
-        else:
-            try:
-                answer = None, job[0](*job[1])
-            except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
-                answer = exc, None
-        try:
-            conn.send(answer)
-        except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
-            conn.send((ValueError(str(answer[0])), None))
-        del job, answer
-        release_freed_memory()
-    conn.close()
-
-
-@contextlib.contextmanager
-def helpers(count: int):
-    """Up to `count` helpers forked now (none where there is no fork, no process to spare or `count` < 1),
-    stopped on leaving."""
-    import multiprocessing
-
-    started: list[Helper] = []
-    try:
-        if count > 0 and "fork" in multiprocessing.get_all_start_methods():
-            ctx = multiprocessing.get_context("fork")
-            with contextlib.suppress(Exception):  # no process to fork (limits, a daemonic caller)
-                while len(started) < count:
-                    started.append(Helper(ctx))
-        yield started
-    finally:
-        for h in started:
-            h.close()
-
-
-def _read_split(path: str, helpers: list[Helper]) -> tuple[dict, Columns]:
+def _read_split(path: str, helpers: list[parallel.Helper]) -> tuple[dict, Columns]:
     """The pieces decoded by this process and the helpers at once: this one inflates the file (in its own
-    thread), decodes every (len(helpers) + 1)-th piece and hands the others to the helpers, then joins their
+    thread), decodes every (len(helpers) + 1)-th piece and sends the others to the helpers, then joins their
     columns to its own. Helpers that are gone or die leave the decode to this process alone."""
-    helping = [h for h in helpers if h.begin()]
+    jobs = [job for h in helpers if (job := h.submit(decode_pieces, stream=True)) is not None]
+    head, b = _read_pieces(path, jobs)
     try:
-        head, b = _read_pieces(path, helping)
-    finally:  # every decode begun is answered, even when this one failed: the helper serves the next trace
-        answers = [_answer_of(h) for h in helping]
-    if None in answers:
+        shared = [job.result() for job in jobs]
+    except parallel.HelperGone:
         head, b = _read_pieces(path)
-        answers = []
-    for error, shared in answers:
-        if error is not None:
-            raise error
-        b.absorb(shared)
+        shared = []
+    for theirs in shared:
+        b.absorb(theirs)
     return head, b.finish()
-
-
-def _answer_of(helper: Helper) -> tuple | None:
-    try:
-        return helper.answer()
-    except (OSError, EOFError):  # it died
-        return None
 
 
 @contextlib.contextmanager
@@ -716,12 +585,12 @@ def _no_collections():
             gc.enable()
 
 
-def read_trace(path: str, ways: int = 1, helping: list[Helper] | None = None) -> tuple[dict, Columns]:
+def read_trace(path: str, ways: int = 1, helping: list[parallel.Helper] | None = None) -> tuple[dict, Columns]:
     """The trace's metadata (every top-level key but traceEvents) and its complete events as columns,
-    decoded by `ways` processes, or by this one and the `helping` helpers (`helpers`). Any damage, or a file
+    decoded by `ways` processes, or by this one and the `helping` helpers (`parallel.helpers`). Any damage, or a file
     the limits refuse (`untrusted`), becomes a ValueError whose message says what is wrong with the file."""
     if helping is None:
-        with helpers(ways - 1) as started:
+        with parallel.helpers(ways - 1) as started:
             return read_trace(path, helping=started)
     with _no_collections():
         meta, columns = _read_trace(path, helping)
@@ -729,7 +598,7 @@ def read_trace(path: str, ways: int = 1, helping: list[Helper] | None = None) ->
     return meta, columns
 
 
-def _read_trace(path: str, helping: list[Helper]) -> tuple[dict, Columns]:
+def _read_trace(path: str, helping: list[parallel.Helper]) -> tuple[dict, Columns]:
     try:
         try:
             return _read_split(path, helping)

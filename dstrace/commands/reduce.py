@@ -13,9 +13,8 @@ process alone writes `run.json`; each process of several writes its node record,
 `nodes/<host>[-node<K>]-reduce<i>.json`, as each node of a multi-node `dstrace record` does, and `dstrace
 gather` joins them (docs/multi-node.md).
 
-Nothing is written outside RUN_DIR: the traces are read through links in that private folder, where the
-reduction's cache and temporary files go too, and the folder is removed at the end (the key that seals
-analyze's caches, `~/.cache/dstrace`, is made there once per user, as by `dstrace analyze`).
+Nothing is written outside RUN_DIR: the traces are read through links in that private folder, where their
+kept reductions are made and the temporary files go too, and the folder is removed at the end.
 """
 from __future__ import annotations
 
@@ -85,13 +84,13 @@ def share_of(environ: dict[str, str], split: str) -> Share:
 
 def trace_files(inputs: list[str]) -> list[str]:
     """Every trace the inputs name, once, in one order every process sees alike."""
-    from dstrace.analysis.loading import find_trace_files
+    from dstrace.analysis.loading import run_folder
 
     found: dict[str, str] = {}
     for given in inputs:
         path = os.path.abspath(given)
         if os.path.isdir(path):
-            files = find_trace_files(path)
+            files = [f.path for f in run_folder(path).trace_candidates]
             if not files:
                 raise UserError(f"no traces (*.pt.trace.json[.gz], else *.json[.gz]) in {path}: give the folder "
                                 "the profiler wrote into")
@@ -135,8 +134,8 @@ class Claim:
 
 def claim(path: str, alone_in_run: bool) -> Claim:
     """The rank (and world size) a trace claims, read from its head, as `dstrace analyze` reads it."""
-    from dstrace.analysis.loading import _rank_of, _world_of, dstrace_metadata
     from dstrace.analysis.trace_head import trace_metadata
+    from dstrace.runfolder.folder import dstrace_metadata, rank_of, world_of
     from dstrace.runfolder import untrusted
 
     try:
@@ -146,13 +145,13 @@ def claim(path: str, alone_in_run: bool) -> Claim:
     except OSError as exc:
         return Claim(path, problem=untrusted.unreadable(path, exc))
     ours = dstrace_metadata(meta)
-    rank, _ = _rank_of(path, meta, ours)
+    rank, _ = rank_of(path, meta, ours)
     if rank is None and alone_in_run:
         rank = 0  # a run of one trace, as `dstrace analyze FILE` reads it
     if rank is None:
         return Claim(path, problem="no rank in it (no distributedInfo.rank, no dstrace metadata, no rankN in its "
                                    "name): rename it <host>_rank<N>.pt.trace.json.gz")
-    return Claim(path, rank, _world_of(meta, ours))
+    return Claim(path, rank, world_of(meta, ours))
 
 
 def one_per_rank(claims: list[Claim]) -> None:

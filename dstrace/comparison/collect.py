@@ -18,27 +18,17 @@ from dstrace.analysis import load_and_analyze
 from dstrace.comparison.facts import run_facts
 from dstrace.comparison.model import RunFacts, RunRef
 from dstrace.errors import UserError
-from dstrace.runfolder.names import MANIFEST_SUFFIX, RUN_FILE
-from dstrace.runfolder.records import read_manifest, read_run
+from dstrace.runfolder.folder import MANIFEST, FolderRefused, RunFolder
 
 REPEAT_DIR = re.compile(r"^rep\d+$")
 SEARCH_DEPTH = 2
 
 
-TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
-"""Plain torch.profiler output (no dstrace manifests) is compared from what its traces show."""
-
-
-def _names(path: str) -> list[str]:
+def _scan(path: str) -> RunFolder:
     try:
-        return sorted(os.listdir(path))
-    except OSError as exc:
-        raise UserError(f"cannot read the folder {path} ({exc.strerror or exc}); give folders you can read") from None
-
-
-def is_run_dir(path: str) -> bool:
-    return os.path.isdir(path) and any(n == RUN_FILE or n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES)
-                                       for n in _names(path))
+        return RunFolder.scan(path)
+    except FolderRefused as exc:
+        raise UserError(f"{exc}; give folders you can read") from None
 
 
 def _ref(path: str) -> RunRef:
@@ -49,15 +39,16 @@ def _ref(path: str) -> RunRef:
 
 
 def _search(path: str, depth: int) -> list[str]:
-    if is_run_dir(path):
+    """The run folders at `path` or up to `depth` levels below (`RunFolder.is_run`), each folder listed once."""
+    folder = _scan(path)
+    if folder.is_run:
         return [path]
     if depth == 0:
         return []
     found = []
-    for name in _names(path):
-        child = os.path.join(path, name)
-        if os.path.isdir(child):
-            found.extend(_search(child, depth - 1))
+    for f in folder.files:
+        if os.path.isdir(f.path):
+            found.extend(_search(f.path, depth - 1))
     return found
 
 
@@ -99,26 +90,16 @@ def read_facts(ref: RunRef, progress: Callable[[str], None] = _quiet) -> RunFact
     DeepSpeed refused before the profiling window) is described by its manifests alone; plain traces
     without manifests by their analysis alone."""
     warnings: list[str] = []
-    manifests = {}
-    for name in sorted(os.listdir(ref.path)):
-        if name.endswith(MANIFEST_SUFFIX):
-            try:
-                m = read_manifest(os.path.join(ref.path, name))
-                manifests[m.rank] = m
-            except (OSError, ValueError, TypeError) as exc:
-                warnings.append(f"{ref.config}/{ref.repeat}: skipped {name}: {exc}")
-    record = None
-    run_file = os.path.join(ref.path, RUN_FILE)
-    if os.path.exists(run_file):
-        try:
-            record = read_run(run_file)
-        except (OSError, ValueError, TypeError) as exc:
-            warnings.append(f"{ref.config}/{ref.repeat}: skipped {RUN_FILE}: {exc}")
+    folder = _scan(ref.path)  # listed and its manifests read once, for the facts and the analysis alike
+    records = folder.records
+    for f, problem in sorted(records.skipped, key=lambda skip: skip[0].kind != MANIFEST):  # manifests first
+        warnings.append(f"{ref.config}/{ref.repeat}: skipped {f.name}: {problem}")
+    manifests, record = records.manifests, records.run
     analysis = None
-    if manifests or any(n.endswith(TRACE_SUFFIXES) for n in os.listdir(ref.path)):
+    if manifests or folder.traces:
         progress(f"analyzing {ref.config}/{ref.repeat}")
         try:
-            analysis = load_and_analyze(ref.path, progress=_quiet)
+            analysis = load_and_analyze(folder, progress=_quiet)
         except UserError as exc:
             warnings.append(f"{ref.config}/{ref.repeat}: not analyzed: {exc}")
     return run_facts(ref, manifests, record, analysis, warnings)

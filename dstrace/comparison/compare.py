@@ -11,12 +11,8 @@ from dstrace.errors import UserError
 from dstrace.say import say
 
 
-def stderr_progress(message: str) -> None:
-    say(message)
-
-
 def compare_runs(run_dirs: list[str], baseline: str | None = None,
-                 progress: Callable[[str], None] = stderr_progress):
+                 progress: Callable[[str], None] = say):
     """Find, read, summarize and judge: the whole comparison of the runs under `run_dirs`."""
     from dstrace.comparison.collect import find_runs, read_facts, sweep_record
     from dstrace.comparison.model import Comparison

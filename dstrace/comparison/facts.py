@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import statistics
 
-from dstrace.analysis.findings import error_line
-from dstrace.analysis.model import Analysis
+from dstrace.analysis.results import Analysis, span_parts
 from dstrace.comparison.model import RunFacts, RunRef
-from dstrace.analysis.render.common import span_parts
 from dstrace.analysis.steps import step_time
 from dstrace.comparison.stats import decode_gathered_bytes, median
-from dstrace.runfolder.records import Inventory, Manifest, RunRecord
+from dstrace.runfolder.records import Inventory, Manifest, RunRecord, error_line
 
 
 NOT_RECORDED = "no run.json and no manifest: not a recorded run"

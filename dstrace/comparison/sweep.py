@@ -23,6 +23,8 @@ import msgspec
 
 from dstrace import process_group
 from dstrace.errors import UserError
+from dstrace.runfolder.folder import ended_run
+from dstrace.say import say
 
 SWEEP_SCHEMA = "dstrace.sweep/1"
 SWEEP_FILE = "sweep.json"
@@ -88,19 +90,9 @@ def read_sweep_record(path: str) -> SweepRecord:
     return record
 
 
-def _run_record(run_dir: str) -> dict | None:
-    from dstrace.runfolder.records import read_json_object
-
-    try:
-        run = read_json_object(os.path.join(run_dir, "run.json"))
-    except (OSError, ValueError):
-        return None
-    return run if run.get("ended") is not None else None
-
-
 def finished_run(run_dir: str) -> dict | None:
     """The run record of a run that ended by itself; a run stopped by a signal is to be recorded again."""
-    run = _run_record(run_dir)
+    run = ended_run(run_dir)
     if run is None or (run.get("exit_code") or 0) >= SIGNAL_EXIT:
         return None
     return run
@@ -136,7 +128,7 @@ def record_run(config, repeat: int, out: str, timeout: float | None) -> RunOutco
     env.update({k: expand_env(v, os.environ) for k, v in config.env.items()})
     command = [sys.executable, "-m", "dstrace.cli", "record", "-o", run_dir, "--", *config.command]
     code, wall = run_recorder(run_dir, command, env, timeout)
-    run = _run_record(run_dir) or {}
+    run = ended_run(run_dir) or {}
     status = "timed out" if code is None else run.get("status", "not recorded")
     return RunOutcome(config.name, repeat, run_dir, status, code, wall, False)
 
@@ -156,7 +148,6 @@ def record_sweep(spec, configurations: list, repeats: int, out: str, baseline: s
                  timeout: float | None) -> tuple[list[RunOutcome], int]:
     """Each configuration `repeats` times into `out`, alternating, `sweep.json` rewritten after every run:
     (the outcomes, the runs planned). SIGTERM or Ctrl-C stop it after the current run."""
-    from dstrace.comparison.compare import stderr_progress
 
     os.makedirs(out, exist_ok=True)
     plan = [(k, c) for k in range(1, repeats + 1) for c in configurations]
@@ -171,16 +162,16 @@ def record_sweep(spec, configurations: list, repeats: int, out: str, baseline: s
             if done is not None:
                 outcomes.append(RunOutcome(config.name, k, run_dir, done.get("status", "?"), done.get("exit_code"),
                                            0.0, True))
-                stderr_progress(f"{step}: {done.get('status')} (kept from an earlier sweep)")
+                say(f"{step}: {done.get('status')} (kept from an earlier sweep)")
                 continue
-            stderr_progress(f"{step}: recording")
+            say(f"{step}: recording")
             o = record_run(config, k, out, timeout)
             outcomes.append(o)
             write_sweep_file(out, spec, repeats, baseline, outcomes)
-            stderr_progress(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
+            say(f"{step}: {o.status} ({o.wall_s:.0f} s, exit code {o.exit_code})"
                             + ("" if o.status == "complete" else f"; log: {o.path}.log"))
     except (KeyboardInterrupt, SweepStopped):
-        stderr_progress(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
+        say(f"stopped after {len(outcomes)} of {len(plan)} runs; comparing what was recorded")
     finally:
         signal.signal(signal.SIGTERM, previous)
     write_sweep_file(out, spec, repeats, baseline, outcomes)

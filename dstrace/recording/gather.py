@@ -16,23 +16,32 @@ from dstrace.errors import UserError
 from dstrace.rankset import ranks_text
 from dstrace.recording.launcher import fill_run_record
 from dstrace.runfolder.files import copy_regular_atomic
-from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, REDUCTION_SUFFIX, TRACE_SUFFIXES, rank_in_name
+from dstrace.runfolder.folder import (MANIFEST, REDUCTION, TRACE, FolderRefused, RunFolder, node_files,
+                                      node_records)
+from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, rank_in_name
 from dstrace.runfolder.records import (RUN_SCHEMA, RankStatus, RunRecord, read_json_object, read_manifest,
                                        read_node_record, to_json, write_json_atomic)
 
 LAUNCHER_RECORD = "launcher"  # node record name for a run.json that `dstrace record` wrote for a whole launch
 
 
-def _listing(folder: str) -> list[str]:
+def _scan(folder: str) -> RunFolder:
     try:
-        return sorted(os.listdir(folder))
-    except OSError as e:
-        raise UserError(f"cannot read the folder {folder} ({e.strerror or e}); give a folder you can read") from None
+        return RunFolder.scan(folder)
+    except FolderRefused as e:
+        raise UserError(f"{e}; give a folder you can read") from None
 
 
 def _rank_files(folder: str) -> list[str]:
-    return [n for n in _listing(folder)
-            if n.endswith(MANIFEST_SUFFIX) or n.endswith(TRACE_SUFFIXES) or n.endswith(REDUCTION_SUFFIX)]
+    return [f.name for f in _scan(folder).of_kind(MANIFEST, TRACE, REDUCTION)]
+
+
+def _node_files(run_dir: str) -> list[str]:
+    """`nodes/*.json` of a run folder (none without nodes/), as `folder.node_files` lists them."""
+    try:
+        return [f.path for f in node_files(run_dir)]
+    except FolderRefused as e:
+        raise UserError(f"{e}; give a folder you can read") from None
 
 
 def _refuse_link(path: str, what: str) -> None:
@@ -60,9 +69,7 @@ def _plan(run_dir: str, sources: list[str]) -> list[tuple[str, str]]:
         entries = [(os.path.join(src, n), os.path.join(run_dir, n)) for n in _rank_files(src)]
         nodes_dir = os.path.join(src, NODES_DIR)
         _refuse_link(nodes_dir, "reads no folder through one")
-        if os.path.isdir(nodes_dir):
-            entries += [(os.path.join(nodes_dir, n), os.path.join(run_dir, NODES_DIR, n))
-                        for n in _listing(nodes_dir) if n.endswith(".json")]
+        entries += [(n, os.path.join(run_dir, NODES_DIR, os.path.basename(n))) for n in _node_files(src)]
         run_file = os.path.join(src, RUN_FILE)
         if os.path.isfile(run_file) and not _is_gathered(run_file):
             entries.append((run_file, os.path.join(run_dir, NODES_DIR, f"{os.path.basename(src)}.json")))
@@ -111,8 +118,7 @@ def _check_one_run(run_dir: str, plan: list[tuple[str, str]]) -> str:
 
 
 def _node_record_paths(run_dir: str) -> list[str]:
-    folder = os.path.join(run_dir, NODES_DIR)
-    return [os.path.join(folder, n) for n in _listing(folder) if n.endswith(".json")] if os.path.isdir(folder) else []
+    return _node_files(run_dir)
 
 
 def _reduced_ranks(run: RunRecord, records: dict[str, dict]) -> None:
@@ -140,16 +146,12 @@ def _copy(source: str, dest: str) -> None:
 
 
 def _node_records(run_dir: str) -> dict[str, dict]:
-    folder = os.path.join(run_dir, NODES_DIR)
-    records = {}
-    if os.path.isdir(folder):
-        for name in _listing(folder):
-            if name.endswith(".json"):
-                try:
-                    records[name.removesuffix(".json")] = read_node_record(os.path.join(folder, name))
-                except (OSError, ValueError) as e:
-                    raise UserError(f"cannot read node record {name}: {e}") from None
-    return records
+    try:
+        return node_records(run_dir)
+    except FolderRefused as e:
+        raise UserError(f"{e}; give a folder you can read") from None
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def gather(run_dir: str, node_folders: list[str]) -> RunRecord:
@@ -178,7 +180,7 @@ def gather(run_dir: str, node_folders: list[str]) -> RunRecord:
                     started=min((r.get("started") or 0 for r in records.values()), default=0.0),
                     status="running")
     codes = {name: r.get("exit_code") for name, r in records.items()}
-    if any(n.endswith(MANIFEST_SUFFIX) for n in _listing(run_dir)):
+    if _scan(run_dir).of_kind(MANIFEST):
         fill_run_record(run_dir, run, 0)
     else:
         _reduced_ranks(run, records)

@@ -21,6 +21,7 @@ import time
 from dstrace.recording import overrides, ranges, session
 from dstrace.recording.inventory import take_inventory
 from dstrace.recording.window import Span
+from dstrace.runfolder import range_names
 from dstrace.runfolder.records import DeepSpeedCall, TPRequest
 
 WRAPPED = "__dstrace_wrapped__"
@@ -230,7 +231,7 @@ def _range_name(submodule, kind: str) -> str:
     names = submodule.__dict__.get(RANGE_NAMES)
     if names is None:
         label = _module_label(submodule)
-        names = submodule.__dict__[RANGE_NAMES] = {k: f"zero3.{k} {label}" for k in ("fetch", "release")}
+        names = submodule.__dict__[RANGE_NAMES] = {k: range_names.zero3(k, label) for k in range_names.ZERO3_KINDS}
     return names[kind]
 
 
@@ -287,7 +288,7 @@ def patch_param_coordinator(module) -> None:
                 except BaseException as e:
                     _passing_through(e)
                     raise
-            r = ranges.Range(f"zero3.allgather bytes={nbytes}")
+            r = ranges.Range(range_names.allgather(nbytes))
             try:
                 return original(self, params, *args, **kwargs)
             except BaseException as e:

@@ -25,11 +25,11 @@ from dstrace.errors import UserError
 from dstrace.rankset import by_rank_lines, ranks_text
 from dstrace.recording import multinode, session
 from dstrace.recording.window import WindowOptions
-from dstrace.runfolder.names import (MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, UNRECORDED_PREFIX,
-                                     WRITTEN_NAMES, WRITTEN_PREFIXES, WRITTEN_SUFFIXES, node_record_path, rank_in_name)
-from dstrace.runfolder.records import (GENERATE_TRIGGER, RUN_SCHEMA, TIME_TRIGGER, Manifest, RankStatus, RunRecord,
-                                       Window, read_json_object, read_manifest, to_json, why_no_trace,
-                                       write_json_atomic)
+from dstrace.runfolder.folder import FolderRefused, RunFolder
+from dstrace.runfolder.names import (NODES_DIR, RUN_FILE, WRITTEN_NAMES, WRITTEN_PREFIXES, WRITTEN_SUFFIXES,
+                                     node_record_path)
+from dstrace.runfolder.records import (GENERATE_TRIGGER, RUN_SCHEMA, TIME_TRIGGER, RankStatus, RunRecord, Window,
+                                       to_json, why_no_trace, write_json_atomic)
 from dstrace.say import say, warn
 
 # The one folder put on the job's PYTHONPATH: it holds only a sitecustomize, which takes the folder off
@@ -88,20 +88,24 @@ def prepare_run_dir(run_dir: str, force: bool, role: multinode.NodeRole | None =
     run_dir = os.path.abspath(run_dir)
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise UserError(f"{run_dir} exists and is not a folder: choose another run folder with -o")
-    if role is not None and os.path.isdir(run_dir) and not force:
+    try:
+        folder = RunFolder.scan(run_dir) if os.path.isdir(run_dir) else None
+    except FolderRefused as e:
+        raise UserError(f"{e}; choose another run folder with -o") from None
+    if role is not None and folder is not None and not force:
         if os.path.exists(node_record_path(run_dir, role.node)):
             raise UserError(f"{role.node} of a run was already recorded in {run_dir}: choose a new folder with -o "
                             "or a new --run-id, or pass --force")
-        others = {m.run_id for m in _manifests(run_dir).values()} - {run_id}
+        others = {m.run_id for m in folder.records.manifests.values()} - {run_id}
         if others:
             raise UserError(f"run folder {run_dir} holds run(s) {', '.join(sorted(others))}, not {run_id}: "
                             "choose a new one with -o")
-    elif os.path.isdir(run_dir) and os.listdir(run_dir) and not force:
+    elif folder is not None and folder.files and not force:
         raise UserError(f"run folder {run_dir} already has files: choose a new one with -o, or pass --force")
     try:
         os.makedirs(run_dir, exist_ok=True)
-        if force and role is None:
-            clear_run_files(run_dir)
+        if force and role is None and folder is not None:
+            clear_run_files(folder)
         probe = os.path.join(run_dir, f".dstrace-write-test.{os.getpid()}")
         with open(probe, "x"):
             pass
@@ -111,29 +115,17 @@ def prepare_run_dir(run_dir: str, force: bool, role: multinode.NodeRole | None =
     return run_dir
 
 
-def clear_run_files(run_dir: str) -> None:
+def clear_run_files(folder: RunFolder) -> None:
     """--force: the files an earlier recording left (its ranks' files, records, caches, reports) go, so the
     new run's record counts only its own ranks; files dstrace did not write stay."""
-    for name in os.listdir(run_dir):
-        full = os.path.join(run_dir, name)
+    for f in folder.files:
+        name, full = f.name, f.path
         if name == NODES_DIR and os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full)
         elif name.endswith(WRITTEN_SUFFIXES) or name.startswith(WRITTEN_PREFIXES) or name in WRITTEN_NAMES:
             if os.path.isdir(full) and not os.path.islink(full):
                 continue
             os.unlink(full)
-
-
-def _manifests(run_dir: str) -> dict[str, Manifest]:
-    """Readable manifests of a folder by file name; unreadable ones are left to `fill_run_record` to report."""
-    out = {}
-    for name in sorted(os.listdir(run_dir)):
-        if name.endswith(MANIFEST_SUFFIX):
-            try:
-                out[name] = read_manifest(os.path.join(run_dir, name))
-            except (OSError, ValueError, TypeError):
-                continue
-    return out
 
 
 def injected_pythonpath(original: str | None) -> str:
@@ -352,21 +344,21 @@ def fill_run_record(run_dir: str, run: RunRecord, exit_code: int, node: str | No
     left to `dstrace gather`, which sees every node.
     """
     run.ended, run.exit_code = time.time(), exit_code
+    try:
+        folder = RunFolder.scan(run_dir)  # listed and its manifests read once
+    except FolderRefused as e:
+        raise UserError(str(e)) from None
     traces: dict[int, list[str]] = {}
-    for name in sorted(os.listdir(run_dir)):
-        rank = rank_in_name(name) if name.endswith(TRACE_SUFFIXES) else None
-        if rank is not None:
-            traces.setdefault(rank, []).append(name)
+    for f in folder.traces:
+        if f.rank is not None:
+            traces.setdefault(f.rank, []).append(f.name)
     world = 0
     no_trace: dict[int, str] = {}
     windows: dict[int, str] = {}
-    for name in sorted(os.listdir(run_dir)):
-        if not name.endswith(MANIFEST_SUFFIX):
-            continue
-        try:
-            m = read_manifest(os.path.join(run_dir, name))
-        except (OSError, ValueError) as e:
-            run.problems.append(f"{name}: unreadable manifest ({e})")
+    for read in folder.records.manifest_reads:
+        name, m = read.file.name, read.record
+        if m is None:
+            run.problems.append(f"{name}: unreadable manifest ({read.problem})")
             continue
         if node is not None and m.env.get(multinode.ENV_NODE) != node:
             continue
@@ -391,7 +383,7 @@ def fill_run_record(run_dir: str, run: RunRecord, exit_code: int, node: str | No
     run.missing_ranks = [r for r in range(world) if r not in found] if node is None else []
     if run.missing_ranks:
         run.problems.append(f"no manifest from {ranks_text(run.missing_ranks)}")
-    run.problems.extend(_unrecorded(run_dir))
+    run.problems.extend(folder.unrecorded_notes())
     if not run.ranks:
         run.problems.append("no rank was recorded: did the command start Python processes that "
                             "use torch, DeepSpeed or transformers?")
@@ -416,21 +408,6 @@ def _window_text(w: Window) -> str:
     if w.trigger == GENERATE_TRIGGER:
         return f"generate steps: call {w.call}, steps {', '.join(map(str, w.recorded_steps))}"
     return f"{w.trigger}: iterations {', '.join(map(str, w.recorded_steps))}"
-
-
-def _unrecorded(run_dir: str) -> list[str]:
-    """The notes of ranks whose interpreter could not run dstrace's recording code (bootstrap/sitecustomize)."""
-    out = []
-    for name in sorted(os.listdir(run_dir)):
-        if name.startswith(UNRECORDED_PREFIX) and name.endswith(".json"):
-            try:
-                note = read_json_object(os.path.join(run_dir, name))
-            except (OSError, ValueError):
-                continue
-            who = f"rank {note.get('rank')}" if note.get("rank") is not None else f"pid {note.get('pid')}"
-            out.append(f"{who} on {note.get('host')} ran unrecorded: its Python {note.get('python')} "
-                       f"({note.get('executable')}) cannot run dstrace's recording code ({note.get('error')})")
-    return out
 
 
 def exception_text(error: dict) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-PREFIX = "dstrace/"
+from dstrace.runfolder.range_names import PREFIX
+
 NVTX_DOMAIN = "dstrace"
 # Set by Nsight Systems (and other NVTX tools) when it injects itself; without it NVTX records nothing.
 NVTX_TOOL_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH")

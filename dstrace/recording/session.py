@@ -17,6 +17,7 @@ import time
 from contextlib import contextmanager, suppress
 
 from dstrace.recording import ranges
+from dstrace.runfolder import range_names
 from dstrace.recording.overrides import device_memory_bytes
 from dstrace.runfolder.names import manifest_path, safe_name
 from dstrace.runfolder.records import (ITERATION_TRIGGERS, MANIFEST_SCHEMA, TIME_TRIGGER, GenerationCall, Manifest, to_json,
@@ -51,7 +52,7 @@ class RankSession:
         self.run_dir = run_dir
         with suppress(OSError):  # a node other than the launcher's, without a shared filesystem
             os.makedirs(run_dir, exist_ok=True)
-        self.window = ProfilerWindow(window, self._trace_metadata)
+        self.window = ProfilerWindow(window, self._trace_metadata, held=lambda: signals_held(self))
         self.lock = threading.RLock()
         self.manifest = Manifest(
             schema=MANIFEST_SCHEMA, run_id=run_id, status="running",
@@ -128,20 +129,19 @@ class RankSession:
             with self.guard("trace export"):
                 self.window.export(self.run_dir, self.worker)
             return
-        with self.lock:
+        with self.lock, signals_held(self):  # a Ctrl-C during the first flush left the note and no trace
             lost = self.manifest.lost
             lost.append(WRITING_NOTE)
             self.flush()
-            with signals_held(self):
-                try:
-                    self._refresh_identity()
-                    self.window.export(self.run_dir, self.worker, list(self.spans))
-                except Exception as e:  # noqa: BLE001 - recording must never break the job; the loss is recorded
-                    self.note_failure("trace export", e)
-                    lost.append(f"trace: {type(e).__name__}: {e}")
-                finally:
-                    lost.remove(WRITING_NOTE)
-                    self.flush()
+            try:
+                self._refresh_identity()
+                self.window.export(self.run_dir, self.worker, list(self.spans))
+            except Exception as e:  # noqa: BLE001 - recording must never break the job; the loss is recorded
+                self.note_failure("trace export", e)
+                lost.append(f"trace: {type(e).__name__}: {e}")
+            finally:
+                lost.remove(WRITING_NOTE)
+                self.flush()
 
     def stand_aside(self, where: str) -> None:
         """The job starts its own torch.profiler: dstrace's window, open or due, ends first (`ProfilerWindow.stand_aside`)."""
@@ -210,7 +210,7 @@ class RankSession:
         self._step_starts.append(time.perf_counter())  # before the profiler acts: its cost is in this step
         call.step_kinds.append(self.window.before_step(call.index, step))
         call.gathered_bytes.append(0)
-        return ranges.Range(f"step#{step}")
+        return ranges.Range(range_names.step(step))
 
     def step_end(self, opened) -> None:
         if opened is not None:

@@ -28,12 +28,13 @@ import re
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
 from dstrace.runfolder.files import atomic_file
 from dstrace.recording import ranges
+from dstrace.runfolder import range_names
 from dstrace.runfolder.records import GENERATE_TRIGGER, ITERATION_TRIGGERS, STEP_KINDS, TIME_TRIGGER, Window
 
 MODES = ("full", "annotate")
@@ -94,9 +95,11 @@ class Span:
 
 
 class ProfilerWindow:
-    def __init__(self, options: WindowOptions, metadata: Callable[[], dict]):
+    def __init__(self, options: WindowOptions, metadata: Callable[[], dict],
+                 held: Callable[[], AbstractContextManager] = nullcontext):
         self.options = options
         self.metadata = metadata  # written into the trace as "dstrace": run id, rank, world, window
+        self.held = held  # around stopping the profiler: the rank's signals wait (`session.signals_held`)
         full = options.mode == "full"
         self.record = Window(mode=options.mode, call=options.call, start=options.start, steps=options.steps,
                              after_s=options.after if full else None, seconds=options.seconds if full else None)
@@ -313,24 +316,30 @@ class ProfilerWindow:
         return False
 
     def stop(self) -> None:
-        """Stop collecting; the events stay in memory until `export`."""
+        """Stop collecting; the events stay in memory until `export`. Signals wait (`held`): a Ctrl-C or SIGTERM
+        handled inside `stop_trace` (seconds for a large window) left Kineto half stopped, and the export at exit
+        then died writing the trace (0 bytes, the rank gone without a word)."""
         if self._prof is not None and not self._done:
-            if self._step_range is not None:
-                self._step_range.__exit__(None, None, None)
-                self._step_range = None
-            self._closed = time.perf_counter()
-            ranges.set_profiling(False)
-            if not self._started:  # made ready, never recording: start it so that it can be stopped
-                self._prof.start_trace()
-            self._prof.stop_trace()
-            self._done = True
+            with self.held():
+                self._stop()
+
+    def _stop(self) -> None:
+        if self._step_range is not None:
+            self._step_range.__exit__(None, None, None)
+            self._step_range = None
+        self._closed = time.perf_counter()
+        ranges.set_profiling(False)
+        if not self._started:  # made ready, never recording: start it so that it can be stopped
+            self._prof.start_trace()
+        self._prof.stop_trace()
+        self._done = True
 
     def export(self, run_dir: str, worker: str, around: list[Span] = ()) -> str | None:
         """Write the trace as `<worker>.<ms>.pt.trace.json.gz`, the name HTA and TensorBoard look for, with the
         calls `around` the window added as ranges on the trace's clock.
 
         The gzip is written under a temporary name and renamed, so a crash never leaves a file that
-        looks like a whole trace. The rank's summary is made from it by `dstrace record`, once the
+        looks like a whole trace. The rank's kept reduction is made from it by `dstrace record`, once the
         command has ended, in dstrace's own environment.
         """
         if self._prof is None:
@@ -388,7 +397,7 @@ class ProfilerWindow:
                 lo, hi = span.start, end
                 args = {"dstrace": "outside the profiler window, at its real start and duration"}
             args["clock uncertainty us"] = uncertainty
-            out.append({"ph": "X", "cat": "user_annotation", "name": ranges.PREFIX + span.name, "pid": pid,
+            out.append({"ph": "X", "cat": "user_annotation", "name": range_names.PREFIX + span.name, "pid": pid,
                         "tid": tid, "ts": trace_us(lo), "dur": round((hi - lo) * 1e6, 3), "args": args})
         return out
 

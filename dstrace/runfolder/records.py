@@ -17,7 +17,9 @@ from dstrace.runfolder.untrusted import read_bytes
 MANIFEST_SCHEMA = "dstrace.manifest/1"
 RUN_SCHEMA = "dstrace.run/1"
 MAX_RECORD_BYTES = 64 << 20  # a manifest with a 70B model's inventory is about 2 MB
-MAX_WORLD = 1 << 20  # ranks a run folder may declare: far above any job, far below what exhausts memory
+MAX_WORLD = 1 << 20
+"""Ranks a run folder may hold, in any file (manifest, run record, trace, kept reduction): far above any job, far below
+what exhausts memory (no `range(world)` of a hostile 10^9)."""
 
 
 @dataclass
@@ -180,6 +182,16 @@ def why_no_trace(m: Manifest) -> str | None:
         return (f"{wanted}: call {w.call} has {steps} forward step(s); the window starts at step {w.start} "
                 f"(choose --window-start 0..{max(steps - 1, 0)})")
     return None
+
+
+def error_line(error: dict | None, limit: int = 200) -> str:
+    """An exception as one line: `Type: first lines of the message`, without pydantic's help links."""
+    if not error:
+        return ""
+    lines = [x.strip() for x in str(error.get("message", "")).splitlines()
+             if x.strip() and not x.strip().startswith("For further information")]
+    text = f"{error.get('type', 'error')}: " + " / ".join(lines)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import collectives, reduction
+from dstrace.analysis import rank_collectives, reduction
 from dstrace.analysis.kept import FORMAT, KeptReduction
 from dstrace.runfolder.names import manifest_path, reduction_name
 from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, to_json, write_json_atomic
@@ -87,7 +87,7 @@ def write_run(out_dir: str, world: int = 256, steps: int = 3, layers: int = 40, 
             "in_bytes": np.where(ag, AG_BYTES // world, AR_BYTES), "out_bytes": np.where(ag, AG_BYTES, AR_BYTES),
             "group_size": n, "pg_name": np.where(ag, "world", f"tp{host}"),
             "pg_ranks": np.where(ag, np.array(world_text, dtype=object), str(tp)), "source": "nccl kernel", "p2p_role": None,
-            "p2p_peer": None}, columns=collectives.RANK_COLUMNS)
+            "p2p_peer": None}, columns=rank_collectives.RANK_COLUMNS)
         steps_frame = pd.DataFrame([("dstrace/step ranges", s, s * STEP_US + off - 100.0,
                                      (s + 1) * STEP_US + off - 200.0, STEP_US / 1e3)
                                     for s in range(2, 2 + steps)], columns=reduction.STEP_COLUMNS)

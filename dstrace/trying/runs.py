@@ -26,24 +26,17 @@ def _record(run_dir: str, command: list[str], env: dict, mode: str, timeout: flo
 
 def manifests(run_dir: str) -> dict:
     """The readable manifests of a run folder by rank; an unreadable one is the comparison's to warn about."""
-    from dstrace.runfolder.names import MANIFEST_SUFFIX
-    from dstrace.runfolder.records import read_manifest
+    from dstrace.runfolder.folder import FolderRefused, RunFolder
 
-    out = {}
-    if os.path.isdir(run_dir):
-        for name in sorted(os.listdir(run_dir)):
-            if name.endswith(MANIFEST_SUFFIX):
-                try:
-                    m = read_manifest(os.path.join(run_dir, name))
-                    out[m.rank] = m
-                except (OSError, ValueError, TypeError):
-                    continue  # the comparison warns about it
-    return out
+    try:
+        return RunFolder.scan(run_dir).records.manifests if os.path.isdir(run_dir) else {}
+    except FolderRefused:
+        return {}
 
 
 def _error(run_dir: str, manifests: dict) -> str:
     """The job's error in one line: a rank's exit error, else the last line of the run's log."""
-    from dstrace.analysis.findings import error_line
+    from dstrace.runfolder.records import error_line
 
     for _, m in sorted(manifests.items()):
         if m.exit_error:
@@ -59,7 +52,7 @@ def _error(run_dir: str, manifests: dict) -> str:
 
 def record_all(out: str, plan, command: list[str], sides: dict, mode: str, timeout: float | None):
     """Every run of the plan, in order; AsIsFailed when a run as-is fails."""
-    from dstrace.comparison.sweep import _run_record
+    from dstrace.runfolder.folder import ended_run
     from dstrace.trying.result import AS_IS, TryRun
 
     runs: list[TryRun] = []
@@ -67,7 +60,7 @@ def record_all(out: str, plan, command: list[str], sides: dict, mode: str, timeo
         run_dir = os.path.join(out, name, f"rep{k}")
         say(f"[{i}/{len(plan)}] {name} rep{k}: recording")
         code, wall = _record(run_dir, command, sides[name], mode, timeout)
-        status = "timed out" if code is None else (_run_record(run_dir) or {}).get("status", "not recorded")
+        status = "timed out" if code is None else (ended_run(run_dir) or {}).get("status", "not recorded")
         run = TryRun(name, k, run_dir, code, status, None if code == 0 else _error(run_dir, manifests(run_dir)), wall)
         runs.append(run)
         say(f"[{i}/{len(plan)}] {name} rep{k}: {status} ({wall:.0f} s, exit code {code})"

@@ -7,8 +7,8 @@ import os
 from collections import Counter
 
 from dstrace.errors import UserError
-from dstrace.runfolder.names import MANIFEST_SUFFIX
-from dstrace.runfolder.records import Manifest, read_manifest
+from dstrace.runfolder.folder import FolderRefused, RunFolder
+from dstrace.runfolder.records import Manifest
 from dstrace.units import size
 
 AUTOTP_TRAINING_KEY = (0, 16, 4)
@@ -62,15 +62,14 @@ def why_not(change: dict, manifests: dict[int, Manifest]) -> str | None:
 
 
 def _manifests(run_dir: str) -> dict[int, Manifest]:
-    out = {}
-    for name in sorted(os.listdir(run_dir)):
-        if name.endswith(MANIFEST_SUFFIX):
-            try:
-                m = read_manifest(os.path.join(run_dir, name))
-            except (OSError, ValueError, TypeError) as exc:
-                raise UserError(f"--suggested {run_dir}: cannot read {name}: {exc}") from None
-            out[m.rank] = m
-    return out
+    try:
+        records = RunFolder.scan(run_dir).records
+    except FolderRefused as exc:
+        raise UserError(f"--suggested {run_dir}: {exc}") from None
+    for read in records.manifest_reads:
+        if read.problem is not None:
+            raise UserError(f"--suggested {run_dir}: cannot read {read.file.name}: {read.problem}")
+    return records.manifests
 
 
 def suggested(run_dir: str) -> tuple[list[tuple[str, object]], list[str]]:

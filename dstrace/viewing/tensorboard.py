@@ -23,25 +23,28 @@ import urllib.request
 
 from dstrace import process_group
 from dstrace.errors import UserError
-from dstrace.runfolder.names import TRACE_SUFFIXES
+from dstrace.runfolder.folder import FolderRefused, RunFolder
 from dstrace.say import say
 
 PLUGIN_ROUTE = "#pytorch_profiler"
 
 
 def trace_files(run_dir: str) -> list[str]:
+    """The run's torch.profiler traces: the plugin reads only files named so."""
     if not os.path.isdir(run_dir):
         raise UserError(f"{run_dir} is not a folder; give the run folder written by `dstrace record`")
-    names = sorted(n for n in os.listdir(run_dir) if n.endswith(TRACE_SUFFIXES))
-    if not names:
+    try:
+        traces = RunFolder.scan(run_dir).traces
+    except FolderRefused as exc:
+        raise UserError(f"{exc}; give a folder you can read") from None
+    if not traces:
         raise UserError(f"no trace files (*.pt.trace.json or *.pt.trace.json.gz) in {run_dir}; "
                         "TensorBoard's profiler plugin reads only files named so")
-    return [os.path.join(run_dir, n) for n in names]
+    return [os.path.join(run_dir, f.name) for f in traces]
 
 
-def make_logdir(run_dir: str, parent: str | None = None) -> str:
-    """A fresh log folder with `<run name>/` linking to the run's traces; the caller removes it."""
-    files = trace_files(run_dir)
+def make_logdir(run_dir: str, files: list[str], parent: str | None = None) -> str:
+    """A fresh log folder with `<run name>/` linking to the run's traces (`files`); the caller removes it."""
     logdir = tempfile.mkdtemp(prefix="dstrace-tensorboard-", dir=parent)
     run_folder = os.path.join(logdir, os.path.basename(os.path.abspath(run_dir)))
     os.mkdir(run_folder)
@@ -115,7 +118,8 @@ def serve(run_dir: str, port: int = 0) -> int:
     """TensorBoard in a process group of its own (the plugin parses each trace in a child process: Ctrl-C
     must not reach them), its URL printed once the plugin lists the run; until Ctrl-C or SIGTERM, then the
     temporary log folder is removed."""
-    logdir = make_logdir(run_dir)
+    files = trace_files(run_dir)
+    logdir = make_logdir(run_dir, files)
     run_name = os.path.basename(os.path.abspath(run_dir))
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -124,7 +128,7 @@ def serve(run_dir: str, port: int = 0) -> int:
     try:
         if not charts_reachable():
             say(offline_note(run_dir))
-        say(f"starting TensorBoard; its PyTorch profiler plugin parses the {len(trace_files(run_dir))} trace(s) of "
+        say(f"starting TensorBoard; its PyTorch profiler plugin parses the {len(files)} trace(s) of "
             f"run {run_name} (seconds per 100 MB of trace), then the address follows")
         log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))  # TensorBoard's chatter, shown if it fails
         # SIGINT blocked from before the start until `proc` is set, so that a Ctrl-C cannot leave the server

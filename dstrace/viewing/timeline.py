@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 
 from dstrace.analysis import alignment, collectives, steps as steps_mod
-from dstrace.trace_names import GPU_CATEGORIES, LAUNCH_CATEGORIES
-from dstrace.analysis.model import ClockOffset, LoadedRun
+from dstrace.analysis.rank_collectives import launch_ts
+from dstrace.trace_names import GPU_CATEGORIES
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import ClockOffset
 from dstrace.errors import UserError
 
 STEP_WINDOW = re.compile(r"^(\d+)(?::(\d+))?$")
@@ -77,13 +79,6 @@ def _host_pid(events: pd.DataFrame) -> int | None:
     return int(host.mode().iloc[0]) if len(host) else None
 
 
-def _launch_ts(events: pd.DataFrame) -> pd.Series:
-    """For GPU events, the host time of the call that launched them (joined on correlation); else own ts."""
-    launches = events[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna()]
-    launch = launches.drop_duplicates("correlation").set_index("correlation")["ts"]
-    return events["correlation"].map(launch).where(events["is_gpu"]).fillna(events["ts"])
-
-
 def _in_window(events: pd.DataFrame, steps: pd.DataFrame, rank: int, window: tuple[int, int]) -> np.ndarray:
     mine = steps[(steps["rank"] == rank) & steps["step"].between(*window)]
     if mine.empty:
@@ -91,7 +86,7 @@ def _in_window(events: pd.DataFrame, steps: pd.DataFrame, rank: int, window: tup
         listing = f"steps {have[0]} to {have[-1]}" if have else "no dstrace/step#N ranges"
         raise UserError(f"--steps {window[0]}:{window[1]}: rank {rank} has {listing} in its trace")
     start, end = float(mine["ts"].min()), float(mine["end"].max())
-    launched = _launch_ts(events)
+    launched = launch_ts(events, events).where(events["is_gpu"], events["ts"])  # GPU work: when launched
     return np.where(events["is_gpu"], launched.between(start, end), (events["end"] > start) & (events["ts"] < end))
 
 

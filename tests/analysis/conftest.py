@@ -8,17 +8,27 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from tests.fixtures.runs import write_manifest, write_run_record
+from tests.fixtures.traces import write_zero3_traces
 
-import synthetic  # noqa: E402  (tests/analysis on the path first)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture
 def zero3_dir(tmp_path):
-    for b in synthetic.zero3_run(str(tmp_path)):
-        b.write(str(tmp_path))
+    write_zero3_traces(str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture
+def full_run(zero3_dir) -> str:
+    """`zero3_dir` as `dstrace record` leaves it: a manifest per rank (tensor parallel 2 asked for, not
+    applied) and the run record."""
+    for r in range(2):
+        write_manifest(str(zero3_dir), r, tp_request=2)
+    write_run_record(str(zero3_dir))
+    return str(zero3_dir)
 
 
 def run_gloo_job(out, *extra: str) -> None:

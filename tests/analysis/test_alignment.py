@@ -1,8 +1,8 @@
 """Matching collectives across ranks, splitting wait from transfer, recovering clock offsets."""
 import pytest
 
-import synthetic
-from helpers import analyze_dir
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.traces import TraceBuilder, write_zero3_traces
 
 
 def test_wait_split_names_the_late_rank(zero3_dir):
@@ -25,8 +25,7 @@ def test_wait_split_names_the_late_rank(zero3_dir):
 @pytest.mark.parametrize("offset_us", [5_000.0, -123_456.7])
 def test_clock_offset_of_another_host_is_recovered_and_applied(tmp_path, offset_us):
     hosts = {0: "hostA", 1: "hostB"}
-    for b in synthetic.zero3_run(str(tmp_path), host_of=hosts.get, clock_offsets={1: offset_us}):
-        b.write(str(tmp_path))
+    write_zero3_traces(str(tmp_path), host_of=hosts.get, clock_offsets={1: offset_us})
     a = analyze_dir(tmp_path)
     clock = a.clock[1]
     assert clock.applied and clock.via == 0 and clock.matched == 16
@@ -37,8 +36,7 @@ def test_clock_offset_of_another_host_is_recovered_and_applied(tmp_path, offset_
 
 
 def test_same_host_clock_left_alone_unless_asked(tmp_path):
-    for b in synthetic.zero3_run(str(tmp_path), clock_offsets={1: 40.0}):
-        b.write(str(tmp_path))
+    write_zero3_traces(str(tmp_path), clock_offsets={1: 40.0})
     auto = analyze_dir(tmp_path)
     assert not auto.clock[1].applied
     assert auto.clock[1].offset_us == pytest.approx(40.0)
@@ -50,8 +48,8 @@ def test_same_host_clock_left_alone_unless_asked(tmp_path):
 
 def test_groups_are_matched_separately_and_offsets_chain(tmp_path):
     """Ranks 2 and 3 (host B) share a TP group; only rank 2 is in the world group with rank 0."""
-    builders = [synthetic.TraceBuilder(r, world_size=4, host="hostA" if r < 2 else "hostB",
-                                       clock_offset_us=0.0 if r < 2 else 7_000.0) for r in range(4)]
+    builders = [TraceBuilder(r, world_size=4, host="hostA" if r < 2 else "hostB",
+                             clock_offset_us=0.0 if r < 2 else 7_000.0) for r in range(4)]
     for i in range(3):
         t = i * 1000.0
         for b in builders:
@@ -72,7 +70,7 @@ def test_groups_are_matched_separately_and_offsets_chain(tmp_path):
 
 def test_count_mismatch_is_warned_and_extra_calls_are_transfer(tmp_path):
     for r in range(2):
-        b = synthetic.TraceBuilder(r)
+        b = TraceBuilder(r)
         for i in range(3 if r == 0 else 2):
             b.nccl("AllGather", i * 1000.0 + 50.0 * r, 200.0 - 50.0 * r, 100, 200)
         b.write(str(tmp_path))

@@ -4,7 +4,7 @@ ties, gaps, layouts that differ by rank, a rank whose frame is incomplete)."""
 import numpy as np
 import pandas as pd
 
-from dstrace.analysis import collectives as collectives_mod, kept, matching, peer_wait, reduction
+from dstrace.analysis import kept, matching, peer_wait, rank_collectives, reduction
 from dstrace.analysis.reduction import RankReduction
 from dstrace.analysis.steps import _count_before
 
@@ -66,7 +66,7 @@ def _reduction(n, object_kind=False, seed=0):
         "pg_name": "world", "pg_ranks": "[0, 1, 2, 3]", "source": "nccl kernel",
         "p2p_role": pd.Series([np.nan] * n, dtype=object),  # a text column's gaps read back as NaN
         "p2p_peer": pd.Series([None if i % 3 else i for i in range(n)], dtype=object)},
-        columns=collectives_mod.RANK_COLUMNS)
+        columns=rank_collectives.RANK_COLUMNS)
     steps = pd.DataFrame({"source": pd.Series(["dstrace/step ranges"] * 2, dtype="str"), "step": [0, 1],
                           "ts": [0.0, 10.0], "end": [10.0, 20.0], "ms": [0.01, 0.01]}, columns=reduction.STEP_COLUMNS)
     return RankReduction(has_gpu=True, collectives=collectives, steps=steps,

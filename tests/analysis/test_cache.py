@@ -16,15 +16,16 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import synthetic
-from helpers import quiet
-from dstrace.analysis import hta_breakdown, kept, loading, tracefile
+from dstrace.analysis import hta_adapter, hta_breakdown, kept, loading, parallel, tracefile
 from dstrace.analysis.loading import load_run
+from dstrace.runfolder.folder import RunFolder
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
+from tests.fixtures.paths import ROOT, TRACES
+from tests.fixtures.reports import quiet
+from tests.fixtures.traces import TraceBuilder, write_zero3_traces
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REFERENCE = os.path.join(REPO, "traces", "h200-zero3-tp2-ds0.16.1")
+REFERENCE = os.path.join(TRACES, "h200-zero3-tp2-ds0.16.1")
 
 
 def reference_events_frame(trace_events: list) -> pd.DataFrame:
@@ -68,8 +69,7 @@ def assert_same_events(new: pd.DataFrame, old: pd.DataFrame):
 
 
 def zero3_folder(folder, world_size=2):
-    for b in synthetic.zero3_run(str(folder), world_size=world_size, steps=3, layers=3):
-        b.write(str(folder))
+    write_zero3_traces(str(folder), world_size=world_size, steps=3, layers=3)
     return folder
 
 
@@ -82,7 +82,7 @@ def kept_of(trace_path):
 
 
 def test_events_frame_matches_the_json_loads_frame(tmp_path):
-    b = synthetic.TraceBuilder(0)
+    b = TraceBuilder(0)
     b.host_range("dstrace/step#1", 0.0, 500.0)
     b.nccl("AllGather", 100.0, 50.0, 10, 20)
     b.compute(200.0, 50.0)
@@ -156,14 +156,14 @@ def test_one_helper_serves_traces_in_turn_after_damaged_ones(tmp_path, monkeypat
     truncated.write_bytes(text[:-2000])
     monkeypatch.setattr(tracefile, "CHUNK_BYTES", 1 << 20)
     meta, alone = tracefile.read_trace(path)
-    with tracefile.helpers(1) as helping:
+    with parallel.helpers(1) as helping:
         for bad in (damaged, truncated, damaged):
             with pytest.raises(ValueError):
                 tracefile.read_trace(str(bad), helping=helping)
             again_meta, again = tracefile.read_trace(path, helping=helping)
             assert again_meta == meta
             same_columns(again, alone)
-        assert helping[0].submit(divmod, 9, 4) and helping[0].result() == (2, 1)
+        assert helping[0].submit(divmod, 9, 4).result() == (2, 1)
 
 
 def test_hta_frame_gives_what_htas_own_parse_gives():
@@ -172,18 +172,17 @@ def test_hta_frame_gives_what_htas_own_parse_gives():
 
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     meta, columns = tracefile.read_trace(path)
-    given = hta_breakdown.rank_breakdowns(path, meta, columns)()
-    ours, problems = given["breakdowns"], given["problems"]
-    assert problems == []
-    with hta_breakdown._quiet():
+    ours = hta_breakdown.rank_breakdowns(path, meta, columns).result()
+    assert ours.problems == []
+    with hta_adapter.quiet():
         t = Trace(trace_files={0: path}, trace_dir=REFERENCE)
         t.load_traces(include_last_profiler_step=True, use_multiprocessing=False, use_memory_profiling=False)
         theirs = BreakdownAnalysis.get_temporal_breakdown(t, visualize=False).iloc[0]
         idle = BreakdownAnalysis.get_idle_time_breakdown(t, hta_breakdown.IDLE_CONSECUTIVE_KERNEL_DELAY_NS, rank=0,
                                                          visualize=False)[0]
-    assert ours["temporal"]["idle_us"] == float(theirs["idle_time(us)"])
-    assert ours["temporal"]["compute_us"] == float(theirs["compute_time(us)"])
-    assert ours["idle_causes_us"] == {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
+    assert ours.temporal.idle_us == float(theirs["idle_time(us)"])
+    assert ours.temporal.compute_us == float(theirs["compute_time(us)"])
+    assert ours.idle_causes_us == {str(k): float(v) for k, v in idle.groupby("idle_category")["idle_time"].sum().items()}
 
 
 def assert_same_ranks(a, b, events=True):
@@ -204,7 +203,8 @@ def test_second_load_reads_the_kept_reductions_and_gives_the_same_analysis(tmp_p
     messages = []
     first = load_run(str(tmp_path), progress=messages.append, events=True)
     assert len(caches(tmp_path)) == 2
-    assert loading.find_trace_files(str(tmp_path)) == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
+    listed = [f.path for f in RunFolder.scan(str(tmp_path)).trace_candidates]
+    assert listed == sorted(glob.glob(str(tmp_path / "*.pt.trace.json.gz")))
     again = []
     second = load_run(str(tmp_path), progress=again.append, events=True)
     assert not any("from its kept reduction" in m for m in messages) and all("from its kept reduction" in m for m in again)
@@ -248,7 +248,7 @@ def test_a_reduction_kept_by_other_code_is_parsed_again_where_its_trace_is(tmp_p
 def test_a_changed_trace_is_parsed_again(tmp_path):
     zero3_folder(tmp_path)
     first = load_run(str(tmp_path), progress=quiet)
-    b = synthetic.TraceBuilder(0)
+    b = TraceBuilder(0)
     b.compute(10.0, 5.0)
     path = first.traces[0].path
     b.write(str(tmp_path), os.path.basename(path))
@@ -314,48 +314,53 @@ def test_parallel_parse_gives_what_serial_parse_gives(tmp_path, workers):
 def test_breakdowns_shared_with_a_helper_are_those_of_one_process():
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     meta, columns = tracefile.read_trace(path)
-    alone = hta_breakdown.rank_breakdowns(path, meta, columns)()
-    with tracefile.helpers(1) as (helper,):
+    alone = hta_breakdown.rank_breakdowns(path, meta, columns).result()
+    with parallel.helpers(1) as (helper,):
         meta, columns = tracefile.read_trace(path, helping=[helper])
-        shared = hta_breakdown.rank_breakdowns(path, meta, columns, helper)()
-    assert alone["problems"] == [] and set(alone["breakdowns"]) >= {"temporal", "kernel_types_us", "idle_causes_us"}
-    assert json.dumps(shared) == json.dumps(alone)  # the same entries in the same order
+        shared = hta_breakdown.rank_breakdowns(path, meta, columns, helper).result()
+    assert alone.problems == [] and set(alone.to_json()) >= {"temporal", "kernel_types_us", "idle_causes_us"}
+    assert json.dumps(shared.stored()) == json.dumps(alone.stored())  # the same entries in the same order
 
 
 def test_a_helper_job_that_ends_the_helper_is_an_error_here():
-    with tracefile.helpers(1) as (helper,):
-        assert helper.submit(divmod, 7, 2) and helper.result() == (3, 1)
-        assert helper.submit(os._exit, 3)
-        with pytest.raises(EOFError):
-            helper.result()
+    with parallel.helpers(1) as (helper,):
+        assert helper.submit(divmod, 7, 2).result() == (3, 1)
+        ended = helper.submit(os._exit, 3)
+        with pytest.raises(parallel.HelperGone):
+            ended.result()
+        assert helper.submit(divmod, 7, 2) is None  # gone: the caller does the work itself
+
+
+def test_a_job_that_does_not_pickle_is_left_to_the_caller_and_the_helper_serves_on():
+    with parallel.helpers(1) as (helper,):
+        assert helper.submit(divmod, lambda: 0, 2) is None  # a lambda does not pickle: nothing was sent
+        assert helper.submit(divmod, 7, 2).result() == (3, 1)
 
 
 def test_a_helper_gone_before_its_share_leaves_the_breakdowns_to_this_process():
     path = sorted(glob.glob(os.path.join(REFERENCE, "*.pt.trace.json.gz")))[0]
     meta, columns = tracefile.read_trace(path)
-    alone = hta_breakdown.rank_breakdowns(path, meta, columns)()
-    with tracefile.helpers(1) as (helper,):
-        helper.proc.kill()
-        helper.proc.join()
-        given = hta_breakdown.rank_breakdowns(path, meta, columns, helper)()
-    assert json.dumps(given) == json.dumps(alone)
+    alone = hta_breakdown.rank_breakdowns(path, meta, columns).result()
+    with parallel.helpers(1) as (helper,):
+        helper.kill()
+        given = hta_breakdown.rank_breakdowns(path, meta, columns, helper).result()
+    assert json.dumps(given.stored()) == json.dumps(alone.stored())
 
 
 def test_a_helper_that_dies_with_its_share_leaves_that_share_out_and_says_so(tmp_path):
     """The helper is busy (a job of the test's) when its share is handed over, then killed: this process's
     breakdowns stay, the helper's are left out with a problem line each."""
-    path = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)][0]
-    with tracefile.helpers(1) as (helper,):
+    path = write_zero3_traces(str(tmp_path), world_size=2, steps=1, layers=1)[0]
+    with parallel.helpers(1) as (helper,):
         meta, columns = tracefile.read_trace(path, helping=[helper])
         assert helper.submit(time.sleep, 60)  # the share below waits in the pipe (a small trace: it fits)
         pending = hta_breakdown.rank_breakdowns(path, meta, columns, helper)
-        helper.proc.kill()
-        helper.proc.join()
-        given = pending()
-    assert "temporal" in given["breakdowns"] and "idle_causes_us" in given["breakdowns"]
-    assert not set(given["breakdowns"]) & {"kernel_types_us", "top_kernels", "comm_comp_overlap_pct"}
-    assert [p.split(" left out")[0] for p in given["problems"]] == [f"HTA {label}" for label in hta_breakdown.HELPER_SHARE]
-    assert all("helper process ended" in p for p in given["problems"])
+        helper.kill()
+        given = pending.result()
+    assert given.temporal is not None and given.idle_causes_us is not None
+    assert given.kernel_types_us is None and given.top_kernels is None and given.comm_comp_overlap_pct is None
+    assert [p.split(" left out")[0] for p in given.problems] == [f"HTA {label}" for label in hta_breakdown.HELPER_SHARE]
+    assert all("helper process ended" in p for p in given.problems)
 
 
 def test_sparse_args_read_densely_over_any_rows():
@@ -373,10 +378,10 @@ def test_sparse_args_read_densely_over_any_rows():
 
 def test_plotting_modules_are_stood_in_for_until_used():
     """HTA imports plotly's plotting modules; the breakdowns never plot, so they load only when used."""
-    code = ("import sys; from dstrace.analysis import hta_breakdown as h; h._import_hta_analyzers(); "
+    code = ("import sys; from dstrace.analysis import hta_adapter as h; h.import_analyzers(); "
             "print('narwhals' in sys.modules); import hta.analyzers.breakdown_analysis as b; "
             "print(b.make_subplots(rows=1, cols=2).layout.xaxis.domain, b.px.bar is not None, b.go.Figure().layout.width)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.split("\n")[:2] == ["False", "(0.0, 0.45) True None"]
 
 
@@ -384,17 +389,17 @@ def test_parse_workers_hold_the_memory_budget():
     """2x the largest trace or 512 MiB, whichever is more; CPUs and free memory bound it too."""
     mb, gb = 1 << 20, 1 << 30
     eight = [300 * mb] * 8
-    assert loading.workers_for(eight, cpus=2, in_use=80 * mb, available=20 * gb) == 1  # 2 would need 960 MB
-    assert loading.workers_for([28 * mb] * 2, cpus=2, in_use=80 * mb, available=20 * gb) == 2
-    assert loading.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=20 * gb) == 3
-    assert loading.workers_for([2 * gb] * 8, cpus=16, in_use=200 * mb, available=64 * gb) == 1  # 4 GB budget
-    assert loading.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=100 * mb) == 1
-    assert loading.workers_for([10 * mb] * 2, cpus=8, in_use=0, available=gb) == 1  # too little to parse
+    assert parallel.workers_for(eight, cpus=2, in_use=80 * mb, available=20 * gb) == 1  # 2 would need 960 MB
+    assert parallel.workers_for([28 * mb] * 2, cpus=2, in_use=80 * mb, available=20 * gb) == 2
+    assert parallel.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=20 * gb) == 3
+    assert parallel.workers_for([2 * gb] * 8, cpus=16, in_use=200 * mb, available=64 * gb) == 1  # 4 GB budget
+    assert parallel.workers_for([60 * mb] * 8, cpus=16, in_use=170 * mb, available=100 * mb) == 1
+    assert parallel.workers_for([10 * mb] * 2, cpus=8, in_use=0, available=gb) == 1  # too little to parse
 
 
 def test_parse_workers_is_one_for_little_work(tmp_path):
-    paths = [b.write(str(tmp_path)) for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=1, layers=1)]
-    assert loading.parse_workers(paths) == 1
+    paths = write_zero3_traces(str(tmp_path), world_size=2, steps=1, layers=1)
+    assert parallel.worker_count([loading.uncompressed_size(p) for p in paths]) == 1
     with gzip.open(paths[0]) as f:
         assert loading.uncompressed_size(paths[0]) == len(f.read())
 

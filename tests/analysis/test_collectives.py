@@ -2,10 +2,10 @@
 import pandas as pd
 import pytest
 
-import synthetic
-from helpers import analyze_dir
 from dstrace.analysis.collectives import busbw_factor
 from dstrace.trace_names import dtype_bytes, kind_of
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.traces import TraceBuilder
 
 
 @pytest.mark.parametrize("name,kind", [
@@ -36,7 +36,7 @@ def test_busbw_factors_follow_nccl_tests():
 
 
 def test_bytes_and_bandwidth_from_nccl_args(tmp_path):
-    builders = [synthetic.TraceBuilder(r, world_size=4) for r in range(4)]
+    builders = [TraceBuilder(r, world_size=4) for r in range(4)]
     for b in builders:
         # 1M bf16 out of 250k in: 2 MB gathered in 200 us, all ranks together (no wait)
         b.nccl("AllGather", 100.0, 200.0, 250_000, 1_000_000)
@@ -59,7 +59,7 @@ def test_bytes_and_bandwidth_from_nccl_args(tmp_path):
 def test_cpu_collectives_from_record_param_comms(tmp_path):
     """CPU-only traces without gloo ops: record_param_comms carries the same args as NCCL kernels."""
     for r in range(2):
-        b = synthetic.TraceBuilder(r)
+        b = TraceBuilder(r)
         b.host_range("record_param_comms", 100.0 + 50 * r, 300.0 - 50 * r, cat="cpu_op",
                      args={"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000,
                            "dtype": "Float", "Group size": 2, "Process Group Name": "0", "Process Group Ranks": "[0, 1]"})

@@ -10,20 +10,20 @@ import re
 import statistics
 
 import pytest
-from helpers import analyze_dir
 
 from dstrace.analysis.findings import communication, host, parallelism
 from dstrace.analysis.findings.host import host_wait_share
 from dstrace.analysis.render import render
-from dstrace.analysis.render.common import SPAN_PARTS, rank_rows, shares, span_parts
+from dstrace.analysis.render.common import rank_rows
+from dstrace.analysis.results import SPAN_PARTS, shares, span_parts
 from dstrace.analysis.shift import SHIFT_RATIO, UNREPRESENTATIVE_RATIO
 from dstrace.analysis.steps import decode_step_ms
 from dstrace.explain import doc_link
 from dstrace.runfolder.records import read_manifest
 from dstrace.units import ms
-from tests.conftest import ROOT
+from tests.fixtures.paths import ROOT, TRACES
+from tests.fixtures.reports import analyze_dir, findings_by_id
 
-TRACES = os.path.join(ROOT, "traces")
 RUNS = {
     "tp2-ds016": "h200-zero3-tp2-ds0.16.1",
     "ds0198": "h200-zero3-ds0.19.8",
@@ -44,10 +44,6 @@ def manifests(key: str) -> dict:
             for n in os.listdir(folder) if n.endswith(".manifest.json")}
 
 
-def by_id(a) -> dict:
-    return {f.id: f for f in a.findings}
-
-
 def test_every_finding_says_why_and_what_to_do(runs):
     seen = set()
     for a in runs.values():
@@ -60,7 +56,7 @@ def test_every_finding_says_why_and_what_to_do(runs):
 
 
 def test_tp_not_applied_cause_names_the_installed_release_and_the_remedy_the_split(runs):
-    f = by_id(runs["tp2-ds016"])["tp-not-applied"]
+    f = findings_by_id(runs["tp2-ds016"])["tp-not-applied"]
     version = {m.versions["deepspeed"] for m in manifests("tp2-ds016").values()}.pop()
     assert parallelism.release(version) < parallelism.AUTOTP_FIXED  # the run's own DeepSpeed is of the era that ignored the key
     assert f"DeepSpeed {version}" in f.cause and "ignored" in f.cause
@@ -69,7 +65,7 @@ def test_tp_not_applied_cause_names_the_installed_release_and_the_remedy_the_spl
 
 
 def test_tp_config_rejected_cause_quotes_the_block_as_passed(runs):
-    f = by_id(runs["refused"])["tp-config-rejected"]
+    f = findings_by_id(runs["refused"])["tp-config-rejected"]
     m = manifests("refused")[0]
     block = next(c.config["tensor_parallel"] for c in m.deepspeed_calls if c.error)
     assert f"DeepSpeed {m.versions['deepspeed']}" in f.cause
@@ -79,7 +75,7 @@ def test_tp_config_rejected_cause_quotes_the_block_as_passed(runs):
 
 def test_zero3_cause_splits_the_gathers_into_transfer_and_wait(runs):
     a = runs["tp2-ds016"]
-    f = by_id(a)["zero3-gathers-model-per-step"]
+    f = findings_by_id(a)["zero3-gathers-model-per-step"]
     link = f.evidence["allgather_per_traced_step_us"]
     expect = statistics.median(a.ranks[r].collectives["AllGather"].wait_us / a.steps.per_rank[r]["count"]
                                for r in a.ranks)
@@ -111,7 +107,7 @@ def test_straggler_or_jitter_follows_who_is_last(runs):
     kinds = {}
     for key in ("tp2-ds016", "ds0198", "sweep-tp2-ds016"):
         a = runs[key]
-        found = by_id(a)
+        found = findings_by_id(a)
         share = straggler_share(a)
         top = max(share, key=share.get)
         if share[top] >= communication.STRAGGLER_SHARE:
@@ -135,7 +131,7 @@ def idle_fraction(s) -> float:
 def test_host_bound_names_the_worst_rank_first(runs):
     for key in ("tp2-ds016", "ds0198", "sweep-tp2-ds016", "device-map"):
         a = runs[key]
-        f = by_id(a)["host-bound"]
+        f = findings_by_id(a)["host-bound"]
         worst = max(f.ranks, key=lambda r: idle_fraction(a.ranks[r]))
         assert f.ranks[0] == worst
         assert f.summary.startswith(f"GPU idle {idle_fraction(a.ranks[worst]):.0%} of ") and \
@@ -143,14 +139,14 @@ def test_host_bound_names_the_worst_rank_first(runs):
         assert host_wait_share(a.ranks[worst].host_time) >= host.HOST_BOUND_HOST_WAIT_SHARE
     # the run where the lowest rank is not the worst one: rank 1 idles more than rank 0
     a = runs["ds0198"]
-    assert idle_fraction(a.ranks[1]) > idle_fraction(a.ranks[0]) and by_id(a)["host-bound"].ranks[0] == 1
+    assert idle_fraction(a.ranks[1]) > idle_fraction(a.ranks[0]) and findings_by_id(a)["host-bound"].ranks[0] == 1
 
 
 def test_host_bound_says_mostly_only_when_it_is(runs):
     modes = set()
     for key in ("tp2-ds016", "device-map"):
         a = runs[key]
-        f = by_id(a)["host-bound"]
+        f = findings_by_id(a)["host-bound"]
         s = a.ranks[f.ranks[0]]
         where = s.host_time.get("in_dstrace_ranges") or s.host_time.get("top_cpu_ops")
         name, us = next(iter(where.items()))
@@ -183,7 +179,7 @@ def test_one_ms_per_step_in_analyze_and_compare(runs):
 
 
 def test_step_time_shift_on_a_traced_run(runs):
-    f = by_id(runs["tp2-ds016"])["step-time-shift"]
+    f = findings_by_id(runs["tp2-ds016"])["step-time-shift"]
     call = f.evidence["calls"]["1"]
     step_ms = manifests("tp2-ds016")[0].calls[0].step_ms
     start = call["start"]
@@ -202,18 +198,18 @@ def test_window_not_representative_when_the_window_lies_in_another_level(runs):
     from dstrace.analysis.step_kinds import step_kinds
 
     a = runs["tp2-ds016"]
-    start = by_id(a)["step-time-shift"].evidence["calls"]["1"]["start"]
+    start = findings_by_id(a)["step-time-shift"].evidence["calls"]["1"]["start"]
     level = [x for m in manifests("tp2-ds016").values() for i, (x, kind) in
              enumerate(zip(m.calls[0].step_ms, step_kinds(m, m.calls[0]))) if 0 < i < start and kind == "unprofiled"]
     ratio = statistics.median(level) / a.steps.ms_per_step
     assert ratio >= UNREPRESENTATIVE_RATIO
-    f = by_id(a)["window-not-representative"]
+    f = findings_by_id(a)["window-not-representative"]
     assert f.evidence["level_ms"] == pytest.approx(statistics.median(level))
     assert f.evidence["ratio"] == pytest.approx(ratio)
 
 
 def test_step_time_shift_in_a_call_the_window_did_not_profile(runs):
-    f = by_id(runs["device-map"])["step-time-shift"]
+    f = findings_by_id(runs["device-map"])["step-time-shift"]
     m = manifests("device-map")[0]
     shifted = [c for c, e in f.evidence["calls"].items() if e["window"]["where"] == "other call"]
     assert shifted and all(int(c) != m.window.call for c in shifted)
@@ -227,8 +223,8 @@ def test_step_time_shift_from_manifests_alone(tmp_path):
             fout.write(fin.read())
     a = analyze_dir(tmp_path)
     assert a.device == "none"
-    f = by_id(a)["step-time-shift"]
-    traced = by_id(analyze_dir(src))["step-time-shift"]
+    f = findings_by_id(a)["step-time-shift"]
+    traced = findings_by_id(analyze_dir(src))["step-time-shift"]
     assert {c: e["start"] for c, e in f.evidence["calls"].items()} == \
         {c: e["start"] for c, e in traced.evidence["calls"].items()}
 
@@ -236,7 +232,7 @@ def test_step_time_shift_from_manifests_alone(tmp_path):
 def test_report_formats_show_cause_remedy_and_the_legend(runs):
     a = runs["tp2-ds016"]
     text, md, html = (render(a, fmt) for fmt in ("text", "markdown", "html"))
-    f = by_id(a)["tp-not-applied"]
+    f = findings_by_id(a)["tp-not-applied"]
     assert "why: " in text and "what to do: " in text and "Terms used above" in text
     assert re.search(r"^  busbw w/o wait  +the same over transfer time", text, re.M)
     link = doc_link(f.docs)

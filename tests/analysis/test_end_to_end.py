@@ -2,10 +2,9 @@
 import glob
 import json
 import os
-import subprocess
 
-from helpers import analyze_dir
-from tests.conftest import tool
+from tests.fixtures.processes import analyze_json, dstrace
+from tests.fixtures.reports import analyze_dir
 
 
 def test_real_gloo_traces(fresh_gloo_run_dir):
@@ -30,8 +29,7 @@ def test_real_gloo_traces(fresh_gloo_run_dir):
 
 
 def test_cli_json_on_real_traces(gloo_run_dir):
-    proc = subprocess.run([tool("dstrace"), "analyze", str(gloo_run_dir), "--format", "json"],
-                          capture_output=True, text=True)
+    proc = dstrace("analyze", str(gloo_run_dir), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["device"] == "cpu" and sorted(doc["ranks"]) == ["0", "1"]
@@ -45,13 +43,9 @@ def test_one_parse_worker_gives_the_same_report(gloo_run_dir):
         for cache in glob.glob(os.path.join(folder, "*.reduction.arrow")) + \
                 glob.glob(os.path.join(folder, ".dstrace-report.*")):
             os.unlink(cache)
-        proc = subprocess.run([tool("dstrace"), "analyze", str(folder), "--format", "json", *extra],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        return analyze_json(folder, *extra)
 
     assert report(gloo_run_dir, "--parse-workers", "1") == report(gloo_run_dir, "--parse-workers", "2")
-    bad = subprocess.run([tool("dstrace"), "analyze", str(gloo_run_dir), "--parse-workers", "0"],
-                         capture_output=True, text=True)
+    bad = dstrace("analyze", str(gloo_run_dir), "--parse-workers", "0")
     assert bad.returncode != 0 and "--parse-workers" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1

@@ -11,12 +11,12 @@ import shutil
 
 import pytest
 
-import synthetic
-from helpers import analyze_dir
 
 from dstrace.analysis.render import render
+from tests.fixtures.paths import CORPUS
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.traces import HOST_PID, TraceBuilder
 
-CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "corpus", "data")
 OLD_SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
 OLD_ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 WORLD = 8
@@ -32,7 +32,7 @@ def dlrm_twin(folder, with_args: bool = False) -> dict[int, float]:
     does for c10d's `alltoall_base`: one `ncclKernel_SendRecv` kernel launched inside `nccl:all_to_all`
     on every rank. `with_args`: kernels carry torch's `Collective name` args (newer torch); without,
     the host range is the only evidence (older traces). Returns the peer wait each rank causes."""
-    builders = [synthetic.TraceBuilder(r, WORLD, dstrace_meta=None) for r in range(WORLD)]
+    builders = [TraceBuilder(r, WORLD, dstrace_meta=None) for r in range(WORLD)]
     caused = {r: 0.0 for r in range(WORLD)}
     t = 0.0
     for i, (late, by) in enumerate(DLRM_LATE):
@@ -99,7 +99,7 @@ def test_send_recv_outside_an_all_to_all_stays_point_to_point(tmp_path):
     """A pipeline pair: rank 0 sends to rank 1 (torch >= 2.4 args name the peer), no all-to-all range
     anywhere. An expert sees two point-to-point calls, matched sender to receiver."""
     for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        b = TraceBuilder(rank, dstrace_meta=None)
         b.host_range("nccl:send" if rank == 0 else "nccl:recv", 90.0, 10.0)
         b.p2p("send" if rank == 0 else "recv", 1 - rank, 100.0 + 40.0 * rank, 200.0 - 40.0 * rank,
               launch_ts=95.0 + 40.0 * rank)
@@ -163,7 +163,7 @@ def deepep_twin(folder, gemm: bool = True) -> None:
     """Two ranks, three 1000 us steps: DeepEP notify 50 us, dispatch 300 us, combine 400 us on stream 30;
     layout 20 us (and with `gemm` a GEMM of 600 us) on stream 7."""
     for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        b = TraceBuilder(rank, dstrace_meta=None)
         for step in range(3):
             t = step * 1000.0
             b.kernel(DEEPEP["layout"], t, 20.0, stream=7)
@@ -188,15 +188,15 @@ def test_hta_breakdown_says_which_of_its_compute_is_deepep_communication(tmp_pat
 
     deepep_twin(tmp_path, gemm=False)
     a = analyze_dir(tmp_path)
-    t = a.ranks[0].hta["temporal"]
-    assert t["compute_us"] == pytest.approx(3 * (20 + 750)) and t["non_compute_us"] == 0.0  # HTA's own figures
-    assert t["span_us"] == pytest.approx(2800.0)
-    assert t["communication_in_compute_us"] == {"DeepEP": pytest.approx(3 * 750.0)}
-    labelled = {k["name"]: k.get("communication_library") for k in a.ranks[0].hta["top_kernels"]}
+    t = a.ranks[0].hta.temporal
+    assert t.compute_us == pytest.approx(3 * (20 + 750)) and t.non_compute_us == 0.0  # HTA's own figures
+    assert t.span_us == pytest.approx(2800.0)
+    assert t.communication_in_compute_us == {"DeepEP": pytest.approx(3 * 750.0)}
+    labelled = {k.name: k.communication_library for k in a.ranks[0].hta.top_kernels}
     assert labelled[DEEPEP["combine"]] == "DeepEP" and labelled[DEEPEP["layout"]] is None
     text = " ".join(render(a, "text", Screen(verbose=True)).split())  # --verbose shows HTA's; lines wrap
-    compute = f"rank 0: HTA's own idle {t['idle_pct']:.1f}%, compute {t['compute_pct']:.1f}%"
-    assert (f"{compute} (it includes 2.25 ms of DeepEP communication kernels ({2250 / t['span_us']:.1%} of the "
+    compute = f"rank 0: HTA's own idle {t.idle_pct:.1f}%, compute {t.compute_pct:.1f}%"
+    assert (f"{compute} (it includes 2.25 ms of DeepEP communication kernels ({2250 / t.span_us:.1%} of the "
             "span), which HTA types as computation)") in text, text
     doc = json.loads(render(a, "json"))
     assert doc["ranks"]["0"]["hta"]["temporal"]["communication_in_compute_us"]["DeepEP"] == pytest.approx(2250.0)
@@ -262,10 +262,10 @@ def test_comm_library(name, library):
     assert comm_library(name) == library
 
 
-def gloo_all_reduce(b: synthetic.TraceBuilder, tid: int, ts: float, dur: float, floats: int):
+def gloo_all_reduce(b: TraceBuilder, tid: int, ts: float, dur: float, floats: int):
     """A `gloo:all_reduce` as torch writes it on a gloo work thread: a user_annotation with the tensor's
     shape and type (no NCCL-style size args)."""
-    b.events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": synthetic.HOST_PID,
+    b.events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": HOST_PID,
                      "tid": tid, "ts": b._t(ts), "dur": dur,
                      "args": {"Input type": ["float"], "Input Dims": [[floats]], "Concrete Inputs": [""]}})
 
@@ -275,7 +275,7 @@ def gloo_twin(folder, late_us: float = 0.0) -> None:
     210 and 310 ms: the last two pairs outside the steps. Rank 1 starts each call `late_us` later and ends it
     when rank 0 does."""
     for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        b = TraceBuilder(rank, dstrace_meta=None)
         late = late_us if rank == 1 else 0.0
         for step in range(2):
             b.host_range(f"ProfilerStep#{step}", step * 100_000.0, 100_000.0)

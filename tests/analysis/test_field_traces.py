@@ -2,20 +2,22 @@
 words say, and remedies only where the trace or manifest shows their mechanism."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
 import pytest
-import synthetic
-from helpers import analyze_dir
 
 from dstrace.analysis.render import render
 from dstrace.analysis.render.terminal import Screen
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.runs import write_manifest
+from tests.fixtures.traces import TraceBuilder
 
 
 def one_step_trace(folder, step_name: str = "ProfilerStep#0") -> None:
     """torch.profiler's own output over one step: a ProfilerStep range, CPU ops and their kernels, no dstrace range."""
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
+    b = TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
     b.host_range(step_name, 0.0, 2_000.0)
     for i in range(4):
         b.host_range("aten::mm", 100.0 + i * 400.0, 50.0, cat="cpu_op")
@@ -41,7 +43,7 @@ SEED_REMEDIES = ("ZeRO-3", "zero3", "AutoTP", "KV cache", "prompt", "synced_gpus
 def idle_gpu_trace(folder, host=None, launch_after=0.9, first_op_us: float | None = None) -> None:
     """One GPU rank, idle 90% of its span: a 50 us kernel every 500 us, each launched `launch_after` of the way
     through the gap before it. `host(builder, gap_start, gap_us)` puts what the host does in each gap."""
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
+    b = TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
     b.host_range("ProfilerStep#5", -10.0, KERNELS * (KERNEL_US + GAP_US) + 20.0)
     for i in range(KERNELS):
         t = i * (KERNEL_US + GAP_US)
@@ -130,7 +132,7 @@ def test_a_blocking_copy_is_named(tmp_path):
 
 
 def test_a_span_with_almost_nothing_on_it_says_so(tmp_path):
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
+    b = TraceBuilder(0, world_size=1, distributed=False, dstrace_meta=None, run_id=None)
     b.compute(0.0, 10.0)
     b.write(str(tmp_path))
     a = analyze_dir(tmp_path)
@@ -144,10 +146,11 @@ def test_a_span_with_almost_nothing_on_it_says_so(tmp_path):
 def test_hta_figures_are_labelled_and_an_unknown_overlap_is_not_printed(tmp_path):
     idle_gpu_trace(tmp_path)
     a = analyze_dir(tmp_path)
-    a.ranks[0].hta["comm_comp_overlap_pct"] = None
+    a.ranks[0].hta.comm_comp_overlap_pct = float("nan")  # what HTA gives without kernels of one kind
     text = " ".join(render(a, "text", Screen(verbose=True)).split())  # --verbose shows HTA's; lines wrap
-    assert "None%" not in text and "HTA's own idle" in text
-    if a.ranks[0].hta.get("idle_causes_us"):
+    assert "nan%" not in text and "comm/compute overlap" not in text and "HTA's own idle" in text
+    assert json.loads(render(a, "json"))["ranks"]["0"]["hta"]["comm_comp_overlap_pct"] is None
+    if a.ranks[0].hta.idle_causes_us:
         assert "summed over streams, not a share of the GPU's idle" in text
 
 
@@ -161,7 +164,7 @@ def test_zero3_hooks_remedy_needs_zero3_in_the_evidence(zero3_dir):
 def test_communication_bound_without_zero3_or_decoding_names_neither(tmp_path):
     """DDP-like training traces (ProfilerStep, NCCL all-reduces no compute hides): no ZeRO-3 or decoding advice."""
     for r in range(2):
-        b = synthetic.TraceBuilder(r, dstrace_meta=None, run_id=None)
+        b = TraceBuilder(r, dstrace_meta=None, run_id=None)
         b.host_range("ProfilerStep#3", -10.0, 20_000.0)
         t = 0.0
         for _ in range(10):
@@ -178,9 +181,9 @@ def test_communication_bound_without_zero3_or_decoding_names_neither(tmp_path):
 def test_no_nccl_tests_advice_on_cpu_collectives():
     """gloo's collectives run on the host: nccl-tests measures nothing they use."""
     from dstrace.analysis.findings.communication import communication_bound
-    from dstrace.analysis.model import RankSummary
+    from dstrace.analysis.results import RankReport
 
-    s = RankSummary(rank=0, file="rank0.json", host=None, span_us=1_000.0, idle_us=0.0,
+    s = RankReport(rank=0, file="rank0.json", host=None, span_us=1_000.0, idle_us=0.0,
                     busy_us={"compute": 200.0, "communication": 800.0}, exposed_comm_us=800.0, collectives={},
                     comm_us=800.0, wait_us=0.0, waited_for={}, late_count=0, caused_wait_us=0.0)
     cpu = communication_bound(inputs_of({0: s}, device="cpu"))
@@ -190,7 +193,7 @@ def test_no_nccl_tests_advice_on_cpu_collectives():
 
 
 def test_a_missing_rank_is_named_as_a_rank(tmp_path):
-    b = synthetic.TraceBuilder(1, world_size=2)
+    b = TraceBuilder(1, world_size=2)
     for i in range(12):
         b.compute(i * 100.0, 50.0)
     b.write(str(tmp_path))
@@ -228,19 +231,19 @@ def test_public_bare_spans_get_no_shares(tmp_path, name, what):
 def inputs_of(ranks: dict, device: str = "gpu", run=None, steps=None):
     """What a finding's check reads, for summaries made by hand: no ZeRO-3, no decoding steps."""
     from dstrace.analysis.findings import FindingInputs, Mechanisms
-    from dstrace.analysis.model import LoadedRun
+    from dstrace.analysis.loaded import LoadedRun
 
     run = run or LoadedRun(trace_dir="/nonexistent", traces={}, world_size=len(ranks))
     return FindingInputs(run, ranks, steps, device, Mechanisms(zero3=False, decoding=False, gpu=device == "gpu"))
 
 
 def summary_of(rank: int, **kw):
-    from dstrace.analysis.model import RankSummary
+    from dstrace.analysis.results import RankReport
 
     base = dict(rank=rank, file=f"rank{rank}.json", host=None, span_us=10_000.0, idle_us=1_000.0,
                 busy_us={"compute": 6_000.0, "communication": 3_000.0}, exposed_comm_us=3_000.0, collectives={},
                 comm_us=3_000.0, wait_us=2_000.0, waited_for={}, late_count=0, caused_wait_us=0.0)
-    return RankSummary(**{**base, **kw})
+    return RankReport(**{**base, **kw})
 
 
 def test_mutual_wait_without_host_bound_does_not_point_to_it():
@@ -257,7 +260,8 @@ def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
     exposed time'; the share is of the all-reduce time, and peer-wait is named only when it is a finding: here
     when a second rank, late to every collective, is the straggler rank 0 waits on."""
     from dstrace.analysis.findings.communication import ddp_allreduce_exposed
-    from dstrace.analysis.model import CollectiveStats, LoadedRun, StepSummary
+    from dstrace.analysis.loaded import LoadedRun
+    from dstrace.analysis.results import CollectiveStats, StepSummary
     from dstrace.runfolder.records import MANIFEST_SCHEMA, Manifest, Window
 
     ar = CollectiveStats(count=3, bytes=3_000_000, kernel_us=1_000.0, wait_us=900.0, transfer_us=100.0,
@@ -280,6 +284,6 @@ def test_ddp_peer_wait_is_a_share_of_the_allreduce_time():
 def test_steps_say_no_manifests_only_without_manifests(tmp_path):
     one_step_trace(tmp_path)
     assert "no manifests" in analyze_dir(tmp_path).steps.ms_per_step_covers
-    synthetic.write_manifest(str(tmp_path), 0, world_size=1)  # a manifest with no generate() step times
+    write_manifest(str(tmp_path), 0, world_size=1)  # a manifest with no generate() step times
     covers = analyze_dir(tmp_path).steps.ms_per_step_covers
     assert "no manifests" not in covers and "the manifests hold no generate() step times" in covers

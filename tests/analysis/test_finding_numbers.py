@@ -2,19 +2,18 @@
 looks a finding's number up in the report's tables finds it written alike."""
 import os
 
-import synthetic
-from helpers import analyze_dir
-
 from dstrace.analysis.render.common import rank_rows, steps_line
-from tests.conftest import ROOT
+from tests.fixtures.paths import TRACES
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.runs import write_manifest
+from tests.fixtures.traces import write_zero3_traces
 
 
 def test_a_gathered_size_reads_alike_in_the_finding_and_the_steps_line(tmp_path):
     """500 MB gathered per step: the finding said 0.50 GB where the Steps line said 500.00 MB."""
-    for b in synthetic.zero3_run(str(tmp_path), layer_nelems=62_500_000):  # 4 layers of bf16 weights a step
-        b.write(str(tmp_path))
+    write_zero3_traces(str(tmp_path), layer_nelems=62_500_000)  # 4 layers of bf16 weights a step
     for r in range(2):
-        synthetic.write_manifest(str(tmp_path), r, logical_bytes=500_000_000)
+        write_manifest(str(tmp_path), r, logical_bytes=500_000_000)
     a = analyze_dir(tmp_path)
     f = next(f for f in a.findings if f.id == "zero3-gathers-model-per-step")
     assert f.evidence["gathered_bytes_median"] == 500_000_000
@@ -23,7 +22,7 @@ def test_a_gathered_size_reads_alike_in_the_finding_and_the_steps_line(tmp_path)
 
 
 def test_a_span_reads_alike_in_host_bound_and_the_time_per_rank_table():
-    a = analyze_dir(os.path.join(ROOT, "traces", "h200-device-map"))
+    a = analyze_dir(os.path.join(TRACES, "h200-device-map"))
     f = next(f for f in a.findings if f.id == "host-bound")
     worst = f.evidence["worst_rank"]
     head, rows = rank_rows(a)

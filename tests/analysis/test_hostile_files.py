@@ -20,12 +20,12 @@ import zlib
 
 import pandas as pd
 
-import synthetic
-from helpers import quiet
 from dstrace.analysis import kept
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
+from tests.fixtures.reports import quiet
+from tests.fixtures.traces import TraceBuilder, zero3_traces
 
 ADDRESS_SPACE = 3 << 30
 LIMIT_S = 120
@@ -34,7 +34,7 @@ LIMIT_S = 120
 def two_ranks(folder, suffix=".pt.trace.json.gz", layers=3) -> list[str]:
     """A 2-rank ZeRO-3 run whose rank 1 is late to every AllGather (a peer-wait finding)."""
     return [b.write(str(folder), f"{b.host}_rank{b.rank}.1700000000000{suffix}")
-            for b in synthetic.zero3_run(str(folder), world_size=2, steps=3, layers=layers)]
+            for b in zero3_traces(world_size=2, steps=3, layers=layers)]
 
 
 def limited():
@@ -99,7 +99,7 @@ def test_a_fifo_named_like_a_trace_or_a_kept_reduction_does_not_hang(tmp_path):
 
 
 def test_a_world_size_of_a_billion_in_distributed_info_is_ignored(tmp_path):
-    builders = synthetic.zero3_run(str(tmp_path), world_size=2, steps=3, layers=3)
+    builders = zero3_traces(world_size=2, steps=3, layers=3)
     for b in builders:
         path = b.write(str(tmp_path))
         if b.rank == 1:
@@ -188,12 +188,12 @@ def test_a_forged_kept_report_is_not_shown(tmp_path):
 
 def test_a_name_holding_tmp_is_in_the_report_key(tmp_path):
     """Only dstrace's own temporary files are left out of the kept report's key, by their exact names."""
-    for b in synthetic.zero3_run(str(tmp_path), world_size=2, steps=3, layers=3):
+    for b in zero3_traces(world_size=2, steps=3, layers=3):
         b.write(str(tmp_path), f"node.tmp_rank{b.rank}.1700000000000.pt.trace.json")
     dstrace = [sys.executable, "-m", "dstrace.cli", "analyze", str(tmp_path), "--format", "json"]
     before = subprocess.run(dstrace, capture_output=True, text=True, check=True).stdout
     path = sorted(glob.glob(str(tmp_path / "node.tmp_rank1*")))[0]
-    b = synthetic.TraceBuilder(1)
+    b = TraceBuilder(1)
     b.compute(10.0, 5.0)
     b.write(str(tmp_path), os.path.basename(path))
     after = subprocess.run(dstrace, capture_output=True, text=True, check=True)

@@ -9,18 +9,14 @@ import shutil
 
 import pytest
 
-import synthetic
-from helpers import analyze_dir, quiet
 from dstrace.analysis.loading import load_run
 from dstrace.analysis.pipeline import analyze
 from dstrace.analysis.render import render
 from dstrace.analysis.kept import write_run_reductions
+from tests.fixtures.reports import analyze_dir, finding_ids, quiet
+from tests.fixtures.traces import TraceBuilder
 
 SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
-
-
-def ids(a):
-    return {f.id for f in a.findings}
 
 
 def pipeline_pair(folder, world=128):
@@ -28,7 +24,7 @@ def pipeline_pair(folder, world=128):
     rank 1's kernels start 300 us after rank 0's, and some end later. Matched i-th to i-th, rank 0 would
     wait 300 us of each 800 us kernel for rank 1."""
     for r in (0, 1):
-        b = synthetic.TraceBuilder(r, world_size=world, run_id=None, dstrace_meta=None, host=None)
+        b = TraceBuilder(r, world_size=world, run_id=None, dstrace_meta=None, host=None)
         b.host_range("ProfilerStep#551", 0.0, 10_000.0)
         b.host_range("ProfilerStep#552", 10_000.0, 10_000.0)
         for i in range(10):
@@ -43,7 +39,7 @@ def pipeline_pair(folder, world=128):
 def test_p2p_kernels_without_named_peers_are_not_matched(tmp_path):
     pipeline_pair(tmp_path)
     a = analyze_dir(tmp_path)
-    assert "peer-wait" not in ids(a)
+    assert "peer-wait" not in finding_ids(a)
     for r in (0, 1):
         sr = a.ranks[r].collectives["SendRecv"]
         assert sr.count == 10 and sr.unsplit_us == pytest.approx(sr.kernel_us)
@@ -61,7 +57,7 @@ def test_p2p_kernels_without_named_peers_are_not_matched(tmp_path):
 def pipeline_with_peers(folder, late2=400.0, late1=100.0, n=4):
     """Ranks 0 -> 1 -> 2, each microbatch sent on: rank 1 receives from 0, then sends to 2. Rank 1 posts its
     receive `late1` after rank 0's send, rank 2 its receive `late2` after rank 1's send."""
-    builders = [synthetic.TraceBuilder(r, world_size=3) for r in range(3)]
+    builders = [TraceBuilder(r, world_size=3) for r in range(3)]
     for i in range(n):
         t = i * 5_000.0
         builders[0].p2p("send", 1, t, 300.0 + late1)
@@ -99,7 +95,7 @@ def test_group_with_members_without_a_trace_gets_no_split(tmp_path):
     """Ranks 0 and 1 of 4 (HTA's NCCL trace whose peer is absent): an AllReduce over all four, where rank 1
     arrives 300 us late, and an AllGather of a group of ranks 0 and 1 only, where it arrives 100 us late."""
     for r in (0, 1):
-        b = synthetic.TraceBuilder(r, world_size=4)
+        b = TraceBuilder(r, world_size=4)
         for i in range(8):
             t = i * 1_000.0
             late = 100.0 if r == 1 else 0.0
@@ -107,7 +103,7 @@ def test_group_with_members_without_a_trace_gets_no_split(tmp_path):
             b.nccl("AllGather", t + 600.0 + late, 400.0 - late, 500, 1000, pg="5", ranks=(0, 1))
         b.write(str(tmp_path))
     a = analyze_dir(tmp_path)
-    assert "peer-wait" not in ids(a)  # 25% of the calls that can be split
+    assert "peer-wait" not in finding_ids(a)  # 25% of the calls that can be split
     ar, ag = a.ranks[0].collectives["AllReduce"], a.ranks[0].collectives["AllGather"]
     assert ar.wait_us == 0.0 and ar.unsplit_us == pytest.approx(ar.kernel_us)
     assert ag.wait_us == pytest.approx(8 * 100.0) and ag.unsplit_us == 0.0  # its group is all here
@@ -119,7 +115,7 @@ def test_large_clock_residual_withholds_the_split(tmp_path):
     """Two hosts whose AllReduce kernels end 40 us apart either way: the clock cannot be told to better than
     40 us, against calls of 100 us, so rank 1's 50 us lateness is not a measurement."""
     for r, host in ((0, "hostA"), (1, "hostB")):
-        b = synthetic.TraceBuilder(r, host=host)
+        b = TraceBuilder(r, host=host)
         for i in range(8):
             t = i * 1_000.0
             if r == 0:
@@ -128,7 +124,7 @@ def test_large_clock_residual_withholds_the_split(tmp_path):
                 b.nccl("AllReduce", t + 50.0, 50.0 + (40.0 if i % 2 else -40.0), 1000, 1000)
         b.write(str(tmp_path))
     a = analyze_dir(tmp_path)
-    assert "peer-wait" not in ids(a)
+    assert "peer-wait" not in finding_ids(a)
     assert a.ranks[0].wait_us == 0.0
     clock = a.clock[1]
     assert clock.residual_us == pytest.approx(40.0) and clock.call_median_us == pytest.approx(100.0)
@@ -140,12 +136,12 @@ def test_large_clock_residual_withholds_the_split(tmp_path):
 def test_aligned_clocks_keep_the_split(zero3_dir):
     a = analyze_dir(zero3_dir)
     assert a.clock[1].residual_us == pytest.approx(0.0, abs=1e-3)
-    assert a.ranks[0].unsplit_us == 0.0 and "peer-wait" in ids(a)
+    assert a.ranks[0].unsplit_us == 0.0 and "peer-wait" in finding_ids(a)
 
 
 def test_profiler_steps_are_steps_not_decode_steps(tmp_path):
     """A training trace (ProfilerStep#0-3, no generate()): all four are steps, none a prefill."""
-    b = synthetic.TraceBuilder(0, world_size=1, dstrace_meta=None)
+    b = TraceBuilder(0, world_size=1, dstrace_meta=None)
     for s in range(4):
         b.host_range(f"ProfilerStep#{s}", s * 1_000.0, 900.0)
         b.compute(s * 1_000.0 + 100.0, 500.0)
@@ -176,7 +172,7 @@ def mtia_run(folder):
     """Two ranks of an MTIA job (HTA's mtia traces): host ops, MTIA runtime calls and device events, c10d
     collectives on the host that rank 1 enters 300 us after rank 0."""
     for r in range(2):
-        b = synthetic.TraceBuilder(r, run_id=None, dstrace_meta=None)
+        b = TraceBuilder(r, run_id=None, dstrace_meta=None)
         for i in range(6):
             t = i * 1_000.0
             b.host_range("aten::mul", t, 50.0, cat="cpu_op")
@@ -198,7 +194,7 @@ def test_mtia_device_activity_is_not_read_as_a_cpu_only_trace(tmp_path):
     assert "CPU-only" not in text and "MTIA traces, device timeline not analyzed" in text
     warning = next(w for w in a.warnings if w.startswith("MTIA device timeline not analyzed"))
     assert "host (CPU) time" in warning
-    assert ids(a).isdisjoint({"peer-wait", "communication-bound"})  # host ops of a device run are launches
+    assert finding_ids(a).isdisjoint({"peer-wait", "communication-bound"})  # host ops of a device run are launches
     assert a.ranks[0].unsplit_us == pytest.approx(a.ranks[0].comm_us)
     doc = json.loads(render(a, "json"))
     assert doc["device"] == "host-only" and doc["accelerators"]["MTIA"]["ranks"] == [0, 1]
@@ -208,7 +204,7 @@ def test_xpu_kernels_are_device_activity_launched_by_xpu_runtime(tmp_path):
     """Intel XPU traces write kernels as `kernel`, launched by `xpu_runtime` calls: a GPU trace, and each
     collective's host time is its launch."""
     for r in range(2):
-        b = synthetic.TraceBuilder(r)
+        b = TraceBuilder(r)
         b.compute(0.0, 100.0, launch_cat="xpu_runtime")
         b.nccl("AllReduce", 1_000.0, 100.0, 1000, 1000, launch_ts=400.0, launch_cat="xpu_runtime")
         b.write(str(tmp_path))

@@ -5,17 +5,13 @@ from __future__ import annotations
 import json
 import os
 
-from helpers import analyze_dir
 
-from dstrace.analysis.render.common import span_parts
+from dstrace.analysis.results import span_parts
 from dstrace.comparison.compare import compare_runs
 from dstrace.comparison.facts import WITHOUT_MANIFESTS
 from dstrace.comparison.render import render
-from tests.conftest import dstrace
-
-
-def quiet(_message: str) -> None:
-    pass
+from tests.fixtures.processes import dstrace
+from tests.fixtures.reports import analyze_dir, quiet
 
 
 def test_the_late_rank_is_named_as_the_straggler_with_cause_and_remedy(gloo_run_dir):

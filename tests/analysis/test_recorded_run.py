@@ -2,11 +2,9 @@
 
 Uses the session-wide `zero3_run` fixture of tests/conftest.py (shared with the recording tests).
 """
-import json
-import subprocess
-import sys
 
-from helpers import analyze_dir
+from tests.fixtures.processes import analyze_json
+from tests.fixtures.reports import analyze_dir
 
 
 def test_recorded_zero3_chat(zero3_run):
@@ -23,10 +21,7 @@ def test_recorded_zero3_chat(zero3_run):
 
 def test_recorded_run_through_the_dstrace_command(zero3_run):
     run_dir, _ = zero3_run
-    proc = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", run_dir, "--format", "json"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["schema"] == "dstrace.analysis/1"
+    assert analyze_json(run_dir)["schema"] == "dstrace.analysis/1"
 
 
 def test_recorded_run_says_why_and_what_to_do(zero3_run):

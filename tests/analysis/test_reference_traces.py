@@ -8,22 +8,16 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import analyze_dir
 
 from dstrace.runfolder.records import read_manifest
-from tests.conftest import ROOT
-
-TRACES = os.path.join(ROOT, "traces")
+from tests.fixtures.paths import TRACES
+from tests.fixtures.reports import analyze_dir, findings_by_id
 
 
 def reference(name: str) -> str:
     path = os.path.join(TRACES, name)
     assert os.path.isdir(path), f"reference run {name} is missing from traces/"
     return path
-
-
-def findings(analysis) -> dict[str, dict]:
-    return {f.id: f for f in analysis.findings}
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +40,11 @@ def test_era_run_states_tp_not_applied_from_the_manifests(zero3_tp2_era):
     requested = {t.value for m in manifests for t in m.tp_requested}
     measured = {m.inventory.effective_tp for m in manifests}
     assert requested == {2} and measured == {1}  # what the run itself recorded
-    assert "tp-not-applied" in findings(zero3_tp2_era)
+    assert "tp-not-applied" in findings_by_id(zero3_tp2_era)
 
 
 def test_era_run_gathers_the_model_every_step(zero3_tp2_era):
-    f = findings(zero3_tp2_era)["zero3-gathers-model-per-step"]
+    f = findings_by_id(zero3_tp2_era)["zero3-gathers-model-per-step"]
     m = read_manifest(os.path.join(reference("h200-zero3-tp2-ds0.16.1"), "rank0.manifest.json"))
     decode = m.calls[0].gathered_bytes[1:]
     assert min(decode) >= 0.9 * m.inventory.logical_bytes  # the recorded bytes: the whole model per step
@@ -59,11 +53,11 @@ def test_era_run_gathers_the_model_every_step(zero3_tp2_era):
 
 def test_refused_run_is_explained_from_manifests_alone():
     a = analyze_dir(reference("h200-zero3-tp2-ds0.19.8"))
-    assert a.ranks_found == [0, 1] and "tp-config-rejected" in findings(a)  # found by their manifests
+    assert a.ranks_found == [0, 1] and "tp-config-rejected" in findings_by_id(a)  # found by their manifests
 
 
 def test_device_map_baseline_has_no_zero3_findings():
     a = analyze_dir(reference("h200-device-map"))
     assert a.world_size == 1 and a.device == "gpu"
-    ids = set(findings(a))
+    ids = set(findings_by_id(a))
     assert not ids & {"zero3-gathers-model-per-step", "tp-not-applied", "peer-wait"}

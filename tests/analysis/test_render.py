@@ -1,31 +1,15 @@
 """The four output formats, through the CLI entry points the `dstrace` command calls."""
-import argparse
 import json
 import re
 
 import pytest
 
-import synthetic
-from dstrace.commands.analyze import add_arguments, main
 from dstrace.errors import UserError
-
-
-def run_main(argv):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return main(parser.parse_args(argv))
-
-
-@pytest.fixture
-def full_run(zero3_dir):
-    for r in range(2):
-        synthetic.write_manifest(str(zero3_dir), r, tp_request=2)
-    synthetic.write_run_record(str(zero3_dir))
-    return zero3_dir
+from tests.fixtures.reports import analyze_main
 
 
 def test_json_schema(full_run, capsys):
-    assert run_main([str(full_run), "--format", "json"]) == 0
+    assert analyze_main(str(full_run), "--format", "json") == 0
     out, err = capsys.readouterr()
     doc = json.loads(out)
     assert doc["schema"] == "dstrace.analysis/1"
@@ -45,14 +29,14 @@ def test_json_schema(full_run, capsys):
 
 
 def test_text_is_default_and_leads_with_findings(full_run, capsys):
-    run_main([str(full_run)])
+    analyze_main(str(full_run))
     out = capsys.readouterr().out
     assert out.index("Verdict") < out.index("Time per rank")
     assert re.search(r"^  \[peer-wait\] ranks? [0-9, ]+: rank 0 waits", out, re.M)
 
 
 def test_markdown_for_an_issue(full_run, capsys):
-    run_main([str(full_run), "--format", "markdown"])
+    analyze_main(str(full_run), "--format", "markdown")
     out = capsys.readouterr().out
     assert out.startswith("## dstrace analysis")
     assert "- **`tp-not-applied`** (ranks 0, 1):" in out
@@ -61,7 +45,7 @@ def test_markdown_for_an_issue(full_run, capsys):
 
 def test_html_is_one_self_contained_file(full_run, tmp_path, capsys):
     target = tmp_path / "report.html"
-    assert run_main([str(full_run), "--format", "html", "-o", str(target)]) == 0
+    assert analyze_main(str(full_run), "--format", "html", "-o", str(target)) == 0
     assert capsys.readouterr().out == ""
     page = target.read_text()
     assert page.count("<svg") == 2 and "<circle" in page and "<rect" in page
@@ -70,9 +54,9 @@ def test_html_is_one_self_contained_file(full_run, tmp_path, capsys):
 
 def test_bad_input_raises_user_error_from_main(tmp_path):
     with pytest.raises(UserError):
-        run_main([str(tmp_path)])
+        analyze_main(str(tmp_path))
 
 
 def test_output_to_unwritable_path(full_run, tmp_path):
     with pytest.raises(UserError, match="cannot write"):
-        run_main([str(full_run), "-o", str(tmp_path / "no" / "such" / "dir.txt")])
+        analyze_main(str(full_run), "-o", str(tmp_path / "no" / "such" / "dir.txt"))

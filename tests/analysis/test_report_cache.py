@@ -7,21 +7,21 @@ import subprocess
 import sys
 import time
 
-import synthetic
+from dstrace.runfolder.folder import RunFolder
 from dstrace.analysis import report_cache
-from tests.conftest import tool
+from tests.fixtures.processes import dstrace
+from tests.fixtures.traces import TraceBuilder, write_zero3_traces
 
 KEPT = "nothing in the folder changed"
 
 
 def folder_of_two_ranks(folder):
-    for b in synthetic.zero3_run(str(folder), world_size=2, steps=3, layers=3):
-        b.write(str(folder))
+    write_zero3_traces(str(folder), world_size=2, steps=3, layers=3)
     return folder
 
 
 def analyze(folder, *args):
-    proc = subprocess.run([tool("dstrace"), "analyze", str(folder), *args], capture_output=True, text=True)
+    proc = dstrace("analyze", str(folder), *args)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -57,7 +57,7 @@ def test_each_change_it_depends_on_analyzes_again(tmp_path):
     later = time.time() + 5
     os.utime(trace, (later, later))  # a trace touched, its bytes the same: the same answer
     assert KEPT in analyze(tmp_path).stderr
-    b = synthetic.TraceBuilder(0)
+    b = TraceBuilder(0)
     b.compute(10.0, 5.0)
     b.write(str(tmp_path), os.path.basename(trace))  # a trace rewritten
     assert KEPT not in analyze(tmp_path).stderr
@@ -98,14 +98,14 @@ def test_a_kept_reduction_counts_in_the_key_only_without_its_trace(tmp_path):
     folder_of_two_ranks(tmp_path)
     load_run(str(tmp_path), progress=lambda m: None)
     (path,) = [p for p in glob.glob(str(tmp_path / f"*{kept.SUFFIX}")) if "_rank1." in p]
-    before = report_cache.key(str(tmp_path), {})
+    before = report_cache.key(RunFolder.scan(str(tmp_path)), {})
     got = kept.KeptReduction.load(path)
     got.reduced.utilization["span_us"] += 1.0
     got.save(path)
-    assert report_cache.key(str(tmp_path), {}) == before
+    assert report_cache.key(RunFolder.scan(str(tmp_path)), {}) == before
     for trace in glob.glob(str(tmp_path / "*.pt.trace.json.gz")):
         os.remove(trace)
-    alone = report_cache.key(str(tmp_path), {})
+    alone = report_cache.key(RunFolder.scan(str(tmp_path)), {})
     got.reduced.utilization["span_us"] += 1.0
     got.save(path)
-    assert report_cache.key(str(tmp_path), {}) != alone
+    assert report_cache.key(RunFolder.scan(str(tmp_path)), {}) != alone

@@ -3,24 +3,23 @@
 #15 and #17 included) from a fresh parse. The repository's
 path is the only thing that differs from one checkout to another, so it is written as `<repo>`.
 
-    python tests/analysis/test_reports_unchanged.py   # rewrite reports/ with the code of this checkout
+    python -m tests.analysis.test_reports_unchanged   # from the checkout: rewrite reports/ with its code
 """
 from __future__ import annotations
 
 import glob
 import os
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-REPORTS = os.path.join(HERE, "reports")
+from tests.fixtures.paths import ROOT, TRACES
+
+REPORTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reports")
 
 
 def reference_runs() -> list[str]:
     """Every committed run folder (one with a run.json), relative to the repository."""
-    found = glob.glob(os.path.join(ROOT, "traces", "h200-*", "**", "run.json"), recursive=True)
+    found = glob.glob(os.path.join(TRACES, "h200-*", "**", "run.json"), recursive=True)
     return sorted(os.path.relpath(os.path.dirname(p), ROOT) for p in found)
 
 
@@ -45,7 +44,6 @@ def test_report_is_unchanged(run):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, ROOT)
     os.makedirs(REPORTS, exist_ok=True)
     for run in reference_runs():
         with open(os.path.join(REPORTS, stored_name(run)), "w", encoding="utf-8") as f:

@@ -2,9 +2,9 @@
 user brings: names as their sources define them (never seen in a real trace here: docs/workloads.md)."""
 import pytest
 
-import synthetic
-from helpers import analyze_dir
 from dstrace.trace_names import collective_kernel_kind
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.traces import TraceBuilder
 
 VLLM_1STAGE = ("void vllm::cross_device_reduce_1stage<c10::BFloat16, 2>(vllm::RankData*, vllm::RankSignals, "
                "vllm::Signal*, c10::BFloat16*, int, int)")
@@ -28,7 +28,7 @@ def test_collective_kernel_kind(name, kind):
 def test_vllm_custom_allreduce_is_communication(tmp_path):
     """A TP decode step of a vLLM-style trace: GEMM, then the custom all-reduce, rank 1 late to it."""
     for rank in range(2):
-        b = synthetic.TraceBuilder(rank, dstrace_meta=None)
+        b = TraceBuilder(rank, dstrace_meta=None)
         for step in range(3):
             t = step * 1000.0
             b.host_range(f"ProfilerStep#{step}", t, 900.0)

@@ -3,19 +3,18 @@ three H200 cases of issue #25 with their numbers, the profiler's own cost, windo
 counted per rank, and `dstrace analyze --steps A:B --against C:D`."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
-import synthetic
-from helpers import analyze_dir
 
-from dstrace.commands.analyze import add_arguments, main
 from dstrace.analysis.reduction import STEP_WORK_ITEMS
 from dstrace.analysis.render import render
 from dstrace.analysis.steps import decode_step_ms
 from dstrace.errors import UserError
 from dstrace.runfolder.records import read_manifest
+from tests.fixtures.reports import analyze_dir, analyze_main, findings_by_id
+from tests.fixtures.runs import write_manifest, write_run_record
+from tests.fixtures.traces import TraceBuilder
 
 TAIL = 32  # decode steps 0-31 (step 0 the prefill), as the H200 runs of the issue
 
@@ -26,7 +25,7 @@ def manifest_run(folder, call2: list[float], recorded: list[int], kinds: list[st
     recorded: without `kinds`, a manifest from before kinds were recorded."""
     assert kinds is None or len(kinds) == len(call2)
     for rank in range(ranks):
-        path = synthetic.write_manifest(str(folder), rank, world_size=ranks, step_ms=call1 or [30.0] * TAIL)
+        path = write_manifest(str(folder), rank, world_size=ranks, step_ms=call1 or [30.0] * TAIL)
         with open(path) as f:
             m = json.load(f)
         m["calls"][0]["index"] = 1
@@ -36,14 +35,14 @@ def manifest_run(folder, call2: list[float], recorded: list[int], kinds: list[st
                        "recorded_steps": recorded, "trigger": "generate step"}
         with open(path, "w") as f:
             json.dump(m, f)
-    synthetic.write_run_record(str(folder), world_size=ranks)
+    write_run_record(str(folder), world_size=ranks)
 
 
 def traced_steps(folder, steps: dict[int, float], grows_from: int, item: str = "aten::_cudnn_attention_forward",
                  before_us: float = 2_500.0, after_us: float = 20_000.0) -> None:
     """Rank 0's trace of the steps given (step -> ms), `item` taking `before_us` per step before `grows_from` and
     `after_us` from it on; a GPU kernel of the same length in each step."""
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False)
+    b = TraceBuilder(0, world_size=1, distributed=False)
     t = 0.0
     for step, ms in sorted(steps.items()):
         b.host_range(f"dstrace/step#{step}", t, ms * 1e3 - 10.0)
@@ -51,10 +50,6 @@ def traced_steps(folder, steps: dict[int, float], grows_from: int, item: str = "
         b.kernel("void flash_fwd_kernel<64>", t + 200.0, 1_000.0)
         t += ms * 1e3
     b.write(str(folder), "host_rank0.1.pt.trace.json.gz")
-
-
-def finding(a, id_):
-    return next((f for f in a.findings if f.id == id_), None)
 
 
 # ---- case 1: window steps 2-5, boundary steps 104 and 196 ms, the change at step 4 -------------------------
@@ -65,7 +60,7 @@ def test_case1_the_shift_is_placed_where_it_happens_not_at_the_boundary_steps(tm
     manifest_run(tmp_path, CASE1, [2, 3, 4, 5])
     traced_steps(tmp_path, {2: 104.0, 3: 62.0, 4: 108.0, 5: 196.0}, grows_from=4)
     a = analyze_dir(tmp_path)
-    f = finding(a, "step-time-shift")
+    f = findings_by_id(a).get("step-time-shift")
     call = f.evidence["calls"]["2"]
     assert call["start"] == 4
     assert call["levels"]["unprofiled"]["before_ms"] == 36.0 and call["levels"]["unprofiled"]["after_ms"] == 58.0
@@ -86,7 +81,7 @@ def test_case2_a_window_covering_the_change_finds_it_and_names_what_grew(tmp_pat
     traced_steps(tmp_path, {1: 64.0, 2: 36.0, 3: 36.0, 4: 78.0, 5: 75.0, 6: 293.0}, grows_from=4,
                  item="aten::_cudnn_attention_forward")
     a = analyze_dir(tmp_path)
-    f = finding(a, "step-time-shift")
+    f = findings_by_id(a).get("step-time-shift")
     call = f.evidence["calls"]["2"]
     assert call["start"] == 4 and call["kind"] == "profiled"
     assert call["before_ms"] == 36.0 and call["after_ms"] == 76.5
@@ -102,8 +97,8 @@ CASE3 = [300.0, 212.0, 600.0] + [292.0] * 22 + [700.0] + [212.0] * (TAIL - 26)
 def test_case3_the_profilers_cost_is_no_shift_and_is_a_figure_of_its_own(tmp_path):
     manifest_run(tmp_path, CASE3, list(range(2, 26)), call1=[300.0] + [212.0] * (TAIL - 1))
     a = analyze_dir(tmp_path)
-    assert finding(a, "step-time-shift") is None
-    assert finding(a, "window-not-representative") is None
+    assert findings_by_id(a).get("step-time-shift") is None
+    assert findings_by_id(a).get("window-not-representative") is None
     cost = a.steps.profiler_cost
     assert (cost["profiled_ms"], cost["unprofiled_ms"]) == (292.0, 212.0)
     assert cost["added_ms"] == pytest.approx(80.0) and round(cost["ratio"], 2) == 1.38
@@ -120,7 +115,7 @@ def test_profiler_overhead_alone_is_not_an_unrepresentative_window(tmp_path):
     manifest_run(tmp_path, [40.0, 20.0, 32.0, 33.0, 31.0, 100.0] + [20.0] * (TAIL - 6), [2, 3, 4],
                  kinds=kinds, call1=[40.0] + [20.0] * (TAIL - 1))
     a = analyze_dir(tmp_path)
-    assert finding(a, "window-not-representative") is None
+    assert findings_by_id(a).get("window-not-representative") is None
     assert a.steps.profiler_cost["profiled_ms"] == 32.0 and a.steps.profiler_cost["unprofiled_ms"] == 20.0
 
 
@@ -131,7 +126,7 @@ def test_a_window_at_another_level_is_unrepresentative_and_says_which_part_is_th
     manifest_run(tmp_path, [50.0, 90.0, 60.0, 60.0, 60.0, 120.0] + [40.0] * (TAIL - 6), [2, 3, 4],
                  kinds=kinds, call1=[50.0] + [20.0] * (TAIL - 1) * 3)
     a = analyze_dir(tmp_path)
-    f = finding(a, "window-not-representative")
+    f = findings_by_id(a).get("window-not-representative")
     assert f.evidence["level_ms"] == 40.0 and f.evidence["ms_per_step"] == 20.0 and f.evidence["ratio"] == 2.0
     assert f.evidence["profiler_cost"]["added_ms"] == 20.0
     assert "the profiler added 20.0 ms per step (1.50x)" in f.summary
@@ -163,7 +158,7 @@ def test_older_manifests_have_their_first_and_last_window_steps_as_the_profilers
 # ---- steps counted as iterations, not iterations x ranks -----------------------------------------------------------
 def test_one_iteration_seen_by_eight_ranks_is_one_step(tmp_path):
     for rank in range(8):
-        b = synthetic.TraceBuilder(rank, world_size=8)
+        b = TraceBuilder(rank, world_size=8)
         b.host_range("ProfilerStep#3", 0.0, 5_000.0)
         b.compute(100.0, 2_000.0)
         b.write(str(tmp_path), f"host_rank{rank}.1.pt.trace.json.gz")
@@ -174,17 +169,11 @@ def test_one_iteration_seen_by_eight_ranks_is_one_step(tmp_path):
 
 
 # ---- dstrace analyze --steps A:B --against C:D ---------------------------------------------------------------
-def run_cli(*argv) -> int:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return main(parser.parse_args(list(argv)))
-
-
 def test_steps_against_compares_two_ranges_by_name(tmp_path, capsys):
     manifest_run(tmp_path, CASE2, [1, 2, 3, 4, 5, 6])
     traced_steps(tmp_path, {1: 64.0, 2: 36.0, 3: 36.0, 4: 78.0, 5: 75.0, 6: 293.0}, grows_from=4,
                  item="aten::index_select")
-    assert run_cli(str(tmp_path), "--steps", "1:3", "--against", "4:6", "--format", "json") == 0
+    assert analyze_main(str(tmp_path), "--steps", "1:3", "--against", "4:6", "--format", "json") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["schema"] == "dstrace.steps/1" and out["ranks"] == [0]
     assert out["steps_used"] == [2, 3] and out["against_used"] == [4, 5]
@@ -194,7 +183,7 @@ def test_steps_against_compares_two_ranges_by_name(tmp_path, capsys):
     assert top["steps_ms"] == pytest.approx(2.5) and top["against_ms"] == pytest.approx(20.0)
     kernel = next(i for i in out["items"] if i["kind"] == "kernel")
     assert kernel["name"] == "void flash_fwd_kernel<64>" and kernel["change_ms"] == pytest.approx(0.0)
-    assert run_cli(str(tmp_path), "--steps", "2", "--against", "5", "--rank", "0") == 0
+    assert analyze_main(str(tmp_path), "--steps", "2", "--against", "5", "--rank", "0") == 0
     text = capsys.readouterr().out
     assert "compared: step 2 against step 5" in text and "aten::index_select" in text
 
@@ -211,7 +200,7 @@ def test_steps_against_refuses_what_it_cannot_compare(tmp_path, argv, message):
     manifest_run(tmp_path, CASE2, [1, 2, 3, 4, 5, 6])
     traced_steps(tmp_path, {1: 64.0, 2: 36.0, 3: 36.0, 4: 78.0, 5: 75.0, 6: 293.0}, grows_from=4)
     with pytest.raises(UserError, match=message):
-        run_cli(str(tmp_path), *argv)
+        analyze_main(str(tmp_path), *argv)
 
 
 def test_calls_whose_steps_overlap_are_one_level_however_their_medians_fall(tmp_path):
@@ -224,7 +213,7 @@ def test_calls_whose_steps_overlap_are_one_level_however_their_medians_fall(tmp_
     manifest_run(tmp_path, call2, [2, 3, 4], kinds=kinds, call1=call1)
     a = analyze_dir(tmp_path)
     assert a.steps.ms_per_step < 0.8 * 28.0  # the window call's level is 28 ms: outside the ratio...
-    assert finding(a, "window-not-representative") is None  # ...but not apart from the run's other steps
+    assert findings_by_id(a).get("window-not-representative") is None  # ...but not apart from the run's other steps
 
 
 @pytest.mark.parametrize("others, listed", [(3, ["aten::argmax"]), (STEP_WORK_ITEMS - 1, [])])
@@ -234,7 +223,7 @@ def test_items_only_one_range_has_are_listed_only_where_the_other_kept_all_its_i
     STEP_WORK_ITEMS items (aten::linear and STEP_WORK_ITEMS - 1 more), when an item missing there may only
     have fallen below their top."""
     manifest_run(tmp_path, CASE2, [1, 2, 3, 4, 5, 6])
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False)
+    b = TraceBuilder(0, world_size=1, distributed=False)
     for step in (1, 2, 3, 4, 5, 6):
         t = step * 100_000.0
         b.host_range(f"dstrace/step#{step}", t, 90_000.0)
@@ -242,7 +231,7 @@ def test_items_only_one_range_has_are_listed_only_where_the_other_kept_all_its_i
         for i, name in enumerate(names):
             b.host_range(name, t + 100.0 + i * 1_000.0, 500.0, cat="cpu_op")
     b.write(str(tmp_path), "host_rank0.1.pt.trace.json.gz")
-    assert run_cli(str(tmp_path), "--steps", "2:3", "--against", "4:5", "--format", "json") == 0
+    assert analyze_main(str(tmp_path), "--steps", "2:3", "--against", "4:5", "--format", "json") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["only_in_steps"] == listed
     assert out["only_in_against"] == sorted(f"aten::op{i}" for i in range(others))  # steps 2-3 kept all theirs

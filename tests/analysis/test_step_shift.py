@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import synthetic
-from helpers import analyze_dir
 
 from dstrace.analysis.shift import MIN_LEVEL_STEPS, SHIFT_RATIO, find_shift
+from tests.fixtures.reports import analyze_dir
+from tests.fixtures.runs import write_manifest, write_run_record
+from tests.fixtures.traces import TraceBuilder
 
 
 def test_two_levels_are_found_where_they_change():
@@ -49,7 +50,7 @@ def test_too_few_steps():
 def straddling_run(folder: str) -> None:
     """One rank; call 0's decode steps 1-4 at 10 ms and 5-8 at 30 ms; the trace profiles steps 3-6, where a
     host op (`aten::planner`) grows from 1 to 15 ms per step across the change."""
-    b = synthetic.TraceBuilder(0, world_size=1, distributed=False)
+    b = TraceBuilder(0, world_size=1, distributed=False)
     t = 0.0
     for step in range(3, 7):
         length = 10_000.0 if step < 5 else 30_000.0
@@ -58,7 +59,7 @@ def straddling_run(folder: str) -> None:
         b.compute(t + 200.0, 2_000.0)
         t += length
     b.write(folder, "host_rank0.1.pt.trace.json.gz")
-    path = synthetic.write_manifest(folder, 0, world_size=1, step_ms=[50.0] + [10.0] * 4 + [30.0] * 4)
+    path = write_manifest(folder, 0, world_size=1, step_ms=[50.0] + [10.0] * 4 + [30.0] * 4)
     with open(path) as f:
         m = json.load(f)
     m["window"] = {"mode": "full", "call": 0, "start": 3, "steps": 4, "recorded_steps": [3, 4, 5, 6],
@@ -81,6 +82,6 @@ def test_a_window_across_the_change_names_what_grew(tmp_path):
 
 
 def test_no_shift_no_finding(tmp_path):
-    synthetic.write_manifest(str(tmp_path), 0, world_size=1, step_ms=[50.0] + [10.0, 11.0, 10.5, 9.8, 10.2, 10.1])
-    synthetic.write_run_record(str(tmp_path), world_size=1)
+    write_manifest(str(tmp_path), 0, world_size=1, step_ms=[50.0] + [10.0, 11.0, 10.5, 9.8, 10.2, 10.1])
+    write_run_record(str(tmp_path), world_size=1)
     assert "step-time-shift" not in {f.id for f in analyze_dir(tmp_path).findings}

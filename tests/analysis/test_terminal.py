@@ -17,15 +17,14 @@ import termios
 
 import pytest
 
-import synthetic
 from dstrace.analysis.render.common import LEGEND
 from dstrace.analysis.render.text import SCREEN_LINES, verdict_cap
-from tests.conftest import ROOT, cpu_env
+from tests.fixtures.paths import ROOT, SWEEP, TRACES
+from tests.fixtures.processes import cpu_env
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TERM = re.compile(r"^  (\S(?:\S| (?! ))*)  ", re.M)
 """A term of the legend: its own line's first cell (its meaning follows, wrapped in a column of its own)."""
-SWEEP = os.path.join(ROOT, "traces", "h200-sweep-qwen2-1.5b")
 
 
 def env_for(**extra) -> dict:
@@ -65,14 +64,6 @@ def piped(args: list[str], **env) -> str:
 
 def widest(text: str) -> int:
     return max(len(ANSI.sub("", line)) for line in text.splitlines())
-
-
-@pytest.fixture
-def full_run(zero3_dir):
-    for r in range(2):
-        synthetic.write_manifest(str(zero3_dir), r, tp_request=2)
-    synthetic.write_run_record(str(zero3_dir))
-    return str(zero3_dir)
 
 
 @pytest.mark.parametrize("columns", [80, 100])
@@ -194,7 +185,7 @@ def test_first_screen_is_the_verdict(tmp_path, run, columns):
     took 103 lines at 80 columns and 86 at 100, the first 40 lines holding 2 and 3 of them; now 58 and 57
     lines, the first 40 holding 4 at either width.
     h200-zero3-ds0.19.8: 3 findings in 46 lines at 100 columns, now 30 (the whole verdict on one screen)."""
-    folder = shutil.copytree(os.path.join(ROOT, "traces", run), tmp_path / run, ignore=shutil.ignore_patterns(".*"))
+    folder = shutil.copytree(os.path.join(TRACES, run), tmp_path / run, ignore=shutil.ignore_patterns(".*"))
     out = ANSI.sub("", in_terminal(["analyze", str(folder)], columns, NO_COLOR="1"))
     lines = out.splitlines()
     start = lines.index("Verdict")  # after the folder (wrapped where its path is long) and the ranks line

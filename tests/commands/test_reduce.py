@@ -12,11 +12,12 @@ import subprocess
 import pytest
 
 from dstrace.runfolder.names import REDUCTION_SUFFIX, rank_in_name
-from tests.conftest import ROOT, cpu_env, dstrace, free_port, read_json, tool
 from tests.corpus import make_twins
+from tests.fixtures.paths import CORPUS
+from tests.fixtures.processes import analyze_json, cpu_env, dstrace, tool, torchrun
+from tests.fixtures.runs import read_json
 
-DATA = os.path.join(ROOT, "tests", "corpus", "data")
-SAMPLED = os.path.join(DATA, "hta", "tests", "data", "trace_filter")  # HTA's two sampled ranks of a 128-rank job
+SAMPLED = os.path.join(CORPUS, "hta", "tests", "data", "trace_filter")  # HTA's two sampled ranks of a 128-rank job
 SAME = ("device", "world_size", "ranks_found", "missing_ranks", "ranks", "steps", "clock_alignment", "findings",
         "accelerators", "skipped")
 """What the analysis of the reduction must say as the traces' does (notes and warnings name what was read)."""
@@ -42,9 +43,7 @@ def listing(folder: str) -> dict[str, int]:
 
 
 def analysis(folder: str, env: dict) -> dict:
-    result = dstrace("analyze", folder, "--format", "json", env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    report = analyze_json(folder, env=env)
     for rank in report["ranks"].values():
         rank.pop("file")  # where each trace is: the folder given
     return report
@@ -72,6 +71,8 @@ def test_the_reduction_alone_gives_the_traces_report(twins, tmp_path, source):
     of_traces = analysis(traces, env)
     shutil.rmtree(traces)  # the reduction is all analyze reads
     of_reduction = analysis(run_dir, env)
+    assert [r.pop("read_from") for r in of_traces["ranks"].values()] == ["trace"] * len(ranks)
+    assert [r.pop("read_from") for r in of_reduction["ranks"].values()] == ["kept reduction"] * len(ranks)
     assert {k: of_reduction[k] for k in SAME} == {k: of_traces[k] for k in SAME}
     assert of_reduction["ranks_found"] == ranks
     expected = {"hta_allreduce_2ranks": ["host-bound"], "hta_all_to_all_8ranks": ["peer-wait"], "sampled": []}
@@ -84,8 +85,7 @@ def test_torchrun_processes_split_the_traces(twins, tmp_path):
     run_dir = str(tmp_path / "run")
     env = env_in(tmp_path)
     traces = os.path.join(twins, "hta_all_to_all_8ranks")
-    result = subprocess.run([tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
-                             "--no-python", tool("dstrace"), "reduce", "-o", run_dir, traces],
+    result = subprocess.run([*torchrun(), "--no-python", tool("dstrace"), "reduce", "-o", run_dir, traces],
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [read_json(os.path.join(run_dir, "nodes", n)) for n in sorted(os.listdir(os.path.join(run_dir, "nodes")))]
@@ -202,7 +202,7 @@ def test_bad_traces_cost_a_line_each(tmp_path):
     assert "no rank in it" in said["x.json.gz"]
     assert "claims rank 0" in said["copy.json.gz"] and "claims rank 0" in said["rank0.json.gz"]
     assert "more than 64 MiB of metadata before its events" in said["rank2.json.gz"] and "FIFO" in said["rank3.json"]
-    assert "rank 1: no summary: truncated or corrupt JSON" in said["rank1.json.gz"]
+    assert "rank 1: no kept reduction: truncated or corrupt JSON" in said["rank1.json.gz"]
     run = read_json(os.path.join(run_dir, "run.json"))
     assert run["status"] == "incomplete" and run["ranks"] == [] and len(run["problems"]) == 6
     assert sorted(os.listdir(run_dir)) == ["run.json"]  # no leftovers of the private folder

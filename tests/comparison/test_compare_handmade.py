@@ -9,14 +9,11 @@ import pytest
 from dstrace.comparison.collect import find_runs
 from dstrace.comparison.compare import compare_runs
 from dstrace.errors import UserError
-from tests.comparison.handmade import write_run
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
+from tests.fixtures.reports import configs_by_name, quiet
+from tests.fixtures.runs import write_chat_run
 
 GATHER = 4096
-
-
-def quiet(message: str) -> None:
-    pass
 
 
 @pytest.fixture
@@ -25,17 +22,13 @@ def sweep_dir(tmp_path):
     d = tmp_path / "sweep"
     steps = {1: [90.0, 10.0, 99.0, 99.0, 11.0, 12.0], 2: [90.0, 12.0, 99.0, 99.0, 13.0, 14.0]}
     for k in (1, 2):
-        write_run(str(d / "zero3" / f"rep{k}"), steps[k], gathered=GATHER)
-        write_run(str(d / "zero3-tp" / f"rep{k}"), [x + 0.5 for x in steps[k]], gathered=GATHER, tp_requested=2)
-        write_run(str(d / "zero3-tp-new" / f"rep{k}"), [], tp_requested=2, refused=True, deepspeed="0.19.8")
-        write_run(str(d / "autotp" / f"rep{k}"), [50.0, 4.0, 40.0, 40.0, 5.0, 4.0 + k], tp=2, zero3=False,
-                  tp_requested=2)
-        write_run(str(d / "zero3-other" / f"rep{k}"), [x * 3 for x in steps[k]], gathered=2 * GATHER)
+        write_chat_run(str(d / "zero3" / f"rep{k}"), steps[k], gathered=GATHER)
+        write_chat_run(str(d / "zero3-tp" / f"rep{k}"), [x + 0.5 for x in steps[k]], gathered=GATHER, tp_requested=2)
+        write_chat_run(str(d / "zero3-tp-new" / f"rep{k}"), [], tp_requested=2, refused=True, deepspeed="0.19.8")
+        write_chat_run(str(d / "autotp" / f"rep{k}"), [50.0, 4.0, 40.0, 40.0, 5.0, 4.0 + k], tp=2, zero3=False,
+                       tp_requested=2)
+        write_chat_run(str(d / "zero3-other" / f"rep{k}"), [x * 3 for x in steps[k]], gathered=2 * GATHER)
     return str(d)
-
-
-def by_name(comparison):
-    return {c.name: c for c in comparison.configs}
 
 
 def test_runs_group_by_the_folder_above_rep(sweep_dir):
@@ -49,7 +42,7 @@ def test_runs_group_by_the_folder_above_rep(sweep_dir):
 
 
 def test_numbers_per_configuration(sweep_dir):
-    c = by_name(compare_runs([sweep_dir], "zero3", progress=quiet))
+    c = configs_by_name(compare_runs([sweep_dir], "zero3", progress=quiet))
     z = c["zero3"]
     # rep1 steps 1, 4, 5 -> median 11; rep2 -> 13 (steps 2 and 3 were profiled)
     assert (z.ms_per_step.median, z.ms_per_step.low, z.ms_per_step.high) == (12.0, 11.0, 13.0)
@@ -63,7 +56,7 @@ def test_numbers_per_configuration(sweep_dir):
 
 def test_refused_configuration_is_shown_not_dropped(sweep_dir):
     comparison = compare_runs([sweep_dir], "zero3", progress=quiet)
-    refused = by_name(comparison)["zero3-tp-new"]
+    refused = configs_by_name(comparison)["zero3-tp-new"]
     assert refused.status == "refused" and refused.ms_per_step is None and len(refused.runs) == 2
     assert "TPTrainingConfig" in refused.reason and refused.deepspeed_versions == ["0.19.8"]
     assert any(e.id == "refused" and e.configs == ["zero3-tp-new"] for e in comparison.verdict.explanations)

@@ -2,7 +2,6 @@
 communicating, and remedies carry what the sweep measured."""
 from __future__ import annotations
 
-import os
 import re
 import statistics
 
@@ -10,13 +9,8 @@ import pytest
 
 from dstrace.comparison.compare import compare_runs
 from dstrace.comparison.render import render
-from tests.conftest import ROOT
-
-SWEEP = os.path.join(ROOT, "traces", "h200-sweep-qwen2-1.5b")
-
-
-def quiet(_message: str) -> None:
-    pass
+from tests.fixtures.paths import SWEEP
+from tests.fixtures.reports import configs_by_name, quiet
 
 
 @pytest.fixture(scope="module")
@@ -24,15 +18,11 @@ def comparison():
     return compare_runs([SWEEP], progress=quiet)
 
 
-def by_name(c):
-    return {x.name: x for x in c.configs}
-
-
 def test_collective_time_splits_into_transfer_and_wait(comparison):
     from dstrace.analysis.loading import load_run
     from dstrace.analysis.pipeline import analyze
 
-    zero3 = by_name(comparison)["zero3-ds016-tp"]
+    zero3 = configs_by_name(comparison)["zero3-ds016-tp"]
     traced = next(r for r in zero3.runs if r.transfer_share is not None)
     a = analyze(load_run(traced.path, progress=quiet))
     assert traced.wait_share == pytest.approx(statistics.median(s.wait_us / s.span_us for s in a.ranks.values()))
@@ -48,7 +38,7 @@ def test_collective_time_splits_into_transfer_and_wait(comparison):
 
 
 def test_remedies_carry_the_measured_alternatives(comparison):
-    configs = by_name(comparison)
+    configs = configs_by_name(comparison)
     f = next(e for e in comparison.verdict.explanations if e.id == "tp-not-applied")
     gathering_nothing = [c for c in configs.values() if c.ms_per_step is not None and not c.gathered_bytes_per_step]
     assert {c.name for c in gathering_nothing} == {"device-map", "autotp"}  # what the sweep recorded

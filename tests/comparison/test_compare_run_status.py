@@ -9,20 +9,16 @@ from dstrace.comparison.facts import held_fraction
 from dstrace.comparison.render import render
 from dstrace.runfolder.names import manifest_path
 from dstrace.runfolder.records import (
-    MANIFEST_SCHEMA, RUN_SCHEMA, Inventory, Manifest, RankStatus, RunRecord, Weight, Window, to_json, write_json_atomic,
+    MANIFEST_SCHEMA, RUN_SCHEMA, Inventory, Manifest, RunRecord, Weight, Window, to_json, write_json_atomic,
 )
-from tests.comparison.handmade import write_run
-
-
-def quiet(message: str) -> None:
-    pass
+from tests.fixtures.reports import configs_by_name, quiet
+from tests.fixtures.runs import write_chat_run, write_run_record
 
 
 def ddp_run(run_dir: str, exit_code: int = 0) -> str:
     """torch DDP training as `record` writes it: manifests with no generate() call and no DeepSpeed call, but the
     environment's DeepSpeed version (installed, never imported)."""
     os.makedirs(run_dir, exist_ok=True)
-    ranks = []
     for rank in range(2):
         m = Manifest(schema=MANIFEST_SCHEMA, run_id="ddp", status="complete", rank=rank, local_rank=rank,
                      world_size=2, host="h", pid=100 + rank, started=0.0, ended=1.0,
@@ -31,18 +27,15 @@ def ddp_run(run_dir: str, exit_code: int = 0) -> str:
                                    trigger="optimizer.step",
                                    iterations={"optimizer.step": 7, "DistributedDataParallel.forward": 7}))
         write_json_atomic(manifest_path(run_dir, rank), to_json(m))
-        ranks.append(RankStatus(rank=rank, status="complete", manifest=f"rank{rank}.manifest.json", traces=[]))
-    record = RunRecord(schema=RUN_SCHEMA, run_id="ddp", command=["torchrun"], cwd="/", started=0.0, ended=1.0,
-                       status="complete" if exit_code == 0 else "incomplete", exit_code=exit_code, world_size=2,
-                       ranks=ranks, problems=[] if exit_code == 0 else [f"the command exited with code {exit_code}"])
-    write_json_atomic(os.path.join(run_dir, "run.json"), to_json(record))
+    write_run_record(run_dir, "ddp", 2, status="complete" if exit_code == 0 else "incomplete", exit_code=exit_code,
+                     problems=[] if exit_code == 0 else [f"the command exited with code {exit_code}"])
     return run_dir
 
 
 def test_a_ddp_run_that_exited_0_is_complete_and_names_no_deepspeed(tmp_path):
     ddp_run(str(tmp_path / "ddp" / "rep1"))
     ddp_run(str(tmp_path / "ddp-broken" / "rep1"), exit_code=3)
-    c = {x.name: x for x in compare_runs([str(tmp_path)], progress=quiet).configs}
+    c = configs_by_name(compare_runs([str(tmp_path)], progress=quiet))
     assert c["ddp"].status == "complete" and c["ddp"].reason is None
     assert c["ddp"].deepspeed_versions == []  # installed, never called
     assert c["ddp-broken"].status == "failed" and c["ddp-broken"].reason == "the command exited with code 3"
@@ -79,8 +72,8 @@ def test_a_tp_plan_auto_run_holds_half_of_the_weights(tmp_path):
     weights, TP 2.
 
     Before (ff03bd2): the split was applied to the global shape again: "held 25%"."""
-    write_run(str(tmp_path / "tp-auto" / "rep1"), [90.0, 10.0, 99.0, 99.0, 11.0, 12.0], tp=2, zero3=False,
-              dtensor=True)
+    write_chat_run(str(tmp_path / "tp-auto" / "rep1"), [90.0, 10.0, 99.0, 99.0, 11.0, 12.0], tp=2, zero3=False,
+                   dtensor=True)
     comparison = compare_runs([str(tmp_path)], progress=quiet)
     (c,) = comparison.configs
     assert c.held_fraction == 0.5 and c.effective_tp == 2
@@ -89,9 +82,9 @@ def test_a_tp_plan_auto_run_holds_half_of_the_weights(tmp_path):
 
 
 def test_one_run_per_configuration_claims_no_spread(tmp_path):
-    write_run(str(tmp_path / "zero3" / "rep1"), [90.0, 10.0, 99.0, 99.0, 11.0, 12.0], gathered=4096)
-    write_run(str(tmp_path / "zero3-tp" / "rep1"), [90.0, 20.0, 99.0, 99.0, 21.0, 22.0], gathered=4096,
-              tp_requested=2)
+    write_chat_run(str(tmp_path / "zero3" / "rep1"), [90.0, 10.0, 99.0, 99.0, 11.0, 12.0], gathered=4096)
+    write_chat_run(str(tmp_path / "zero3-tp" / "rep1"), [90.0, 20.0, 99.0, 99.0, 21.0, 22.0], gathered=4096,
+                   tp_requested=2)
     comparison = compare_runs([str(tmp_path)], progress=quiet)
     (e,) = [e for e in comparison.verdict.explanations if e.id == "tp-request-without-effect"]
     assert "more than their spread" not in e.summary and "one run of each" in e.summary

@@ -9,7 +9,7 @@ import pytest
 
 from dstrace.comparison.spec import expand_env, load_spec
 from dstrace.errors import UserError
-from tests.conftest import ROOT
+from tests.fixtures.paths import ROOT
 
 SWEEPS = os.path.join(ROOT, "launch", "sweeps")
 

@@ -9,7 +9,10 @@ import os
 
 import pytest
 
-from tests.conftest import ROOT, cpu_env, deepspeed_era_path, dstrace, read_json
+from tests.fixtures.paths import ROOT
+from tests.fixtures.processes import cpu_env, deepspeed_era_path, dstrace
+from tests.fixtures.runs import read_json
+
 
 SPEC = os.path.join(ROOT, "launch", "sweeps", "cpu-tiny.json")
 REPEATS = 2

@@ -6,7 +6,7 @@ the corpus keeps instead is a cut of a real rank of an 8-rank (or larger) job, c
 arriving late to every collective: the same kernels, names and args as the source, only the timing of one
 rank changed, by a rule written here. The builder is deterministic (no randomness, gzip mtime 0).
 
-  python tests/corpus/make_twins.py OUT   writes OUT/<twin>/rank<r>.json.gz for every twin
+  python -m tests.corpus.make_twins OUT   (from the checkout) writes OUT/<twin>/rank<r>.json.gz for every twin
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+from tests.fixtures.paths import CORPUS
+
 NCCL = re.compile(r"^nccl(?:Dev)?Kernel_")
 DROPPED_CATEGORIES = frozenset({"python_function", "ac2g", "cpu_instant_event"})
 """Left out of the cut to keep it small: Python stack events, flow arrows and instants carry no device time."""
@@ -78,7 +79,7 @@ def rank_trace(base: dict, twin: Twin, rank: int) -> dict:
 
 def build(twin: Twin, out_dir: str) -> list[str]:
     """Write the twin's rank files into out_dir/<name>/; returns their paths."""
-    base = cut(load(os.path.join(DATA, twin.source)))
+    base = cut(load(os.path.join(CORPUS, twin.source)))
     folder = os.path.join(out_dir, twin.name)
     os.makedirs(folder, exist_ok=True)
     paths = []

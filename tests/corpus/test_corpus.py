@@ -18,10 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.corpus import make_twins
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-DATA = os.path.join(HERE, "data")
+from tests.fixtures.paths import CORPUS, ROOT
 
 
 @dataclass(frozen=True)
@@ -240,7 +237,7 @@ def corpus_runs(tmp_path_factory):
             else:
                 folder.mkdir()
                 for f in s.files:
-                    shutil.copyfile(os.path.join(DATA, f), folder / os.path.basename(f))
+                    shutil.copyfile(os.path.join(CORPUS, f), folder / os.path.basename(f))
             done[name] = {fmt: analyze(str(folder), fmt) for fmt in ("json", "text")}
         return done[name]
     return get
@@ -346,5 +343,5 @@ def test_report_says(corpus_runs, name):
 
 def test_corpus_stays_small():
     """The committed data stays within what the GPU machine's tree carries: <= 25 MB, <= 3 MB a file."""
-    sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(DATA) for f in fs]
+    sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(CORPUS) for f in fs]
     assert sum(sizes) <= 25_000_000 and max(sizes) <= 3_000_000

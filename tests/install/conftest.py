@@ -10,7 +10,8 @@ import venv
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.fixtures.paths import ROOT
+
 
 INSTALL_TIMEOUT_S = 900
 

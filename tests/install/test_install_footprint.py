@@ -8,7 +8,8 @@ import subprocess
 import sys
 import zipfile
 
-from tests.conftest import dstrace, era_python, manifests
+from tests.fixtures.processes import dstrace, era_python
+from tests.fixtures.runs import manifests
 from tests.install.conftest import packages, pip
 
 WORKLOADS = ("torch", "deepspeed", "transformers", "accelerate")

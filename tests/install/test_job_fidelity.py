@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from tests.conftest import cpu_env, era_python, manifests, read_json
+from tests.fixtures.processes import cpu_env, era_python
+from tests.fixtures.runs import manifests, read_json
+
 
 # What the job sees of its interpreter, printed as it exits.
 PROBE = r'''

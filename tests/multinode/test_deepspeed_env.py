@@ -15,7 +15,7 @@ import sys
 from dstrace.recording import launcher, multinode
 from dstrace.recording.launcher import RecordOptions
 from dstrace.recording.window import WindowOptions
-from tests.conftest import tool
+from tests.fixtures.processes import tool
 
 PDSH_STAND_IN = """#!{python}
 import json, os, sys

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import dstrace
-from tests.multinode import synthetic
+from dstrace.testing.scale_run import RANKS_PER_HOST, write_run
+from tests.fixtures.processes import dstrace
 
 WORLD = 256
 LATE_RANK = 77
 
 
 def test_256_ranks_from_kept_reductions(tmp_path):
-    true_offsets = synthetic.write_run(str(tmp_path), world=WORLD, late_rank=LATE_RANK)
+    true_offsets = write_run(str(tmp_path), world=WORLD, late_rank=LATE_RANK)
     report_path = tmp_path / "report.json"
     result = dstrace("analyze", str(tmp_path), "--format", "json", "-o", str(report_path))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -22,7 +22,7 @@ def test_256_ranks_from_kept_reductions(tmp_path):
     clock = report["clock_alignment"]
     for rank, truth in true_offsets.items():
         assert abs(clock[str(rank)]["offset_us"] - truth) < 5.0, (rank, clock[str(rank)], truth)
-    assert sum(c["applied"] for c in clock.values()) == WORLD - synthetic.RANKS_PER_HOST
+    assert sum(c["applied"] for c in clock.values()) == WORLD - RANKS_PER_HOST
     (wait,) = [f for f in report["findings"] if f["id"] == "peer-wait"]
     late = wait["evidence"]["late_ranks"]
     assert max(late, key=lambda r: late[r]["caused_wait_us"]) == str(LATE_RANK)

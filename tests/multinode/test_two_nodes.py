@@ -17,7 +17,9 @@ from dstrace.analysis.render import render
 from dstrace.errors import UserError
 from dstrace.runfolder.names import REDUCTION_SUFFIX, reduction_name
 from dstrace.recording import gather
-from tests.conftest import ROOT, cpu_env, dstrace, free_port, manifests, read_json, tool
+from tests.fixtures.paths import ROOT
+from tests.fixtures.processes import cpu_env, dstrace, free_port, tool
+from tests.fixtures.runs import manifests, read_json
 
 JOB = os.path.join(ROOT, "tests", "multinode", "job.py")
 RUN_ID = "two-nodes"
@@ -124,8 +126,10 @@ def test_kept_reductions_give_the_report_the_traces_give(two_nodes):
     a = json.loads(render(pipeline.analyze(traced), "json"))
     b = json.loads(render(pipeline.analyze(from_kept), "json").replace(str(alone), str(merged)))
     where = [n for n in b["notes"] if n.startswith("ranks 0, 1 read from their kept reductions") or
-             ": its ranks' traces, not in " in n]
+             ": its ranks' traces, not in " in n or ": its rank's trace, not in " in n]
     assert where and [n for n in b["notes"] if n not in where] == a["notes"]
+    assert [r.pop("read_from") for r in a["ranks"].values()] == ["trace", "trace"]
+    assert [r.pop("read_from") for r in b["ranks"].values()] == ["kept reduction", "kept reduction"]
     assert {k: v for k, v in a.items() if k != "notes"} == {k: v for k, v in b.items() if k != "notes"}
 
 

@@ -7,9 +7,10 @@ import subprocess
 import sys
 
 from dstrace import __version__
-from tests.conftest import SCRIPTS, cpu_env, dstrace, read_json, tool
+from tests.fixtures.paths import JOB
+from tests.fixtures.processes import cpu_env, dstrace, tool
+from tests.fixtures.runs import read_json
 
-JOB = os.path.join(SCRIPTS, "job.py")
 ARGV_PROBE = "import json, sys; print('argv=' + json.dumps(sys.argv[1:]))"
 
 

@@ -13,14 +13,15 @@ import pytest
 from dstrace.commands.record import finish
 from dstrace.runfolder.names import REDUCTION_SUFFIX, reduction_name
 from dstrace.runfolder.records import RUN_SCHEMA, RunRecord
-from tests.conftest import LAUNCH, dstrace, free_port, read_json, tool, traces
+from tests.fixtures.paths import LAUNCH
+from tests.fixtures.processes import dstrace, torchrun
+from tests.fixtures.runs import read_json, trace_paths
 
 
 @pytest.fixture(scope="module")
 def three_step_run(tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("one_step") / "ddp3")
-    result = dstrace("record", "-o", run_dir, "--", tool("torchrun"), "--nproc_per_node", "2", "--master_port",
-                     str(free_port()), os.path.join(LAUNCH, "ddp_train.py"), "--steps", "3")
+    result = dstrace("record", "-o", run_dir, "--", *torchrun(), os.path.join(LAUNCH, "ddp_train.py"), "--steps", "3")
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir, result
 
@@ -31,8 +32,8 @@ def test_a_one_step_window_is_reduced_and_analyzed(three_step_run):
     assert "no kept reduction" not in result.stderr
     assert run["status"] == "complete" and run["problems"] == []
     assert sorted(n for n in os.listdir(run_dir) if n.endswith(REDUCTION_SUFFIX)) == sorted(
-        reduction_name(os.path.basename(p)) for p in traces(run_dir))
-    for path in traces(run_dir):
+        reduction_name(os.path.basename(p)) for p in trace_paths(run_dir))
+    for path in trace_paths(run_dir):
         with gzip.open(path) as f:
             steps = {e["name"] for e in json.load(f)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
         assert len(steps) == 1  # the window holds one step: the case that failed
@@ -47,7 +48,7 @@ def test_a_failed_reduction_makes_the_run_incomplete(three_step_run, tmp_path):
     for name in os.listdir(run_dir):
         if name.endswith(REDUCTION_SUFFIX):
             os.unlink(os.path.join(run_dir, name))
-    damaged = next(p for p in traces(run_dir) if "_rank1." in p)
+    damaged = next(p for p in trace_paths(run_dir) if "_rank1." in p)
     with open(damaged, "r+b") as f:
         f.truncate(os.path.getsize(damaged) // 2)
     run = RunRecord(schema=RUN_SCHEMA, run_id="copy", command=["torchrun"], cwd="/", started=1.0, status="running")
@@ -55,5 +56,5 @@ def test_a_failed_reduction_makes_the_run_incomplete(three_step_run, tmp_path):
     assert run.status == "incomplete"
     (line,) = [p for p in run.problems if p.startswith("rank 1: no kept reduction: ")]
     assert "\n" not in line and len(line) > len("rank 1: no kept reduction: ")
-    kept = next(p for p in traces(run_dir) if "_rank0." in p)
+    kept = next(p for p in trace_paths(run_dir) if "_rank0." in p)
     assert os.path.exists(os.path.join(run_dir, reduction_name(os.path.basename(kept))))

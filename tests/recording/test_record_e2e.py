@@ -6,8 +6,11 @@ import os
 import re
 import sys
 
-from tests.conftest import (LAUNCH, cpu_env, dstrace, manifests, read_json, read_trace, record_zero3_chat,
-                            traces)
+from tests.fixtures.paths import LAUNCH
+from tests.fixtures.processes import cpu_env, dstrace, record_zero3_chat
+from tests.fixtures.runs import manifests, read_json, trace_paths
+from tests.fixtures.traces import read_trace
+
 
 MAX_NEW_TOKENS = 8
 
@@ -24,7 +27,7 @@ def test_torchrun_records_both_ranks(zero3_run):
     assert run["status"] == "complete" and run["world_size"] == 2 and run["missing_ranks"] == []
     ms = manifests(run_dir)
     assert sorted(ms) == [0, 1]
-    files = traces(run_dir)
+    files = trace_paths(run_dir)
     assert len(files) == 2
     for path in files:
         name = os.path.basename(path)
@@ -39,7 +42,7 @@ def test_torchrun_records_both_ranks(zero3_run):
 
 def test_ranges_and_steps_in_trace(zero3_run):
     run_dir, _ = zero3_run
-    for path in traces(run_dir):
+    for path in trace_paths(run_dir):
         names = dstrace_names(read_trace(path))
         steps = sorted(n for n in names if n.startswith("dstrace/step#"))
         assert steps == ["dstrace/step#2", "dstrace/step#3", "dstrace/step#4"]  # the default window
@@ -100,7 +103,7 @@ def test_deepspeed_launcher(tmp_path):
     ms = manifests(run_dir)
     assert sorted(ms) == [0, 1] and all(m["status"] == "complete" for m in ms.values())
     assert all(len(m["calls"][0]["step_ms"]) == 4 for m in ms.values())
-    assert len(traces(run_dir)) == 2
+    assert len(trace_paths(run_dir)) == 2
     assert read_json(os.path.join(run_dir, "run.json"))["status"] == "complete"
 
 
@@ -114,7 +117,7 @@ def test_plain_python(tmp_path):
     assert m["deepspeed_calls"] == [] and m["inventory"]["zero3_partitioned"] == 0
     assert m["inventory"]["local_numel"] == m["inventory"]["logical_numel"]
     assert len(m["calls"][0]["step_ms"]) == 6
-    (path,) = traces(run_dir)
+    (path,) = trace_paths(run_dir)
     trace = read_trace(path)
     assert "distributedInfo" not in trace  # no process group in a single-process run
     assert "dstrace/step#2" in dstrace_names(trace)
@@ -126,7 +129,7 @@ def test_annotate_mode_writes_no_trace(tmp_path):
                      os.path.join(LAUNCH, "device_map_chat.py"), "--size", "tiny", "--max-new-tokens", "5")
     assert result.returncode == 0, result.stderr[-3000:]
     (m,) = manifests(run_dir).values()
-    assert traces(run_dir) == [] and m["window"]["mode"] == "annotate" and m["window"]["trace_file"] is None
+    assert trace_paths(run_dir) == [] and m["window"]["mode"] == "annotate" and m["window"]["trace_file"] is None
     assert len(m["calls"][0]["step_ms"]) == 5
 
 
@@ -139,10 +142,9 @@ def test_window_options_choose_call_and_steps(tmp_path):
     (m,) = manifests(run_dir).values()
     assert [c["index"] for c in m["calls"]] == [1, 2]
     assert m["window"]["recorded_steps"] == [0, 1]
-    (path,) = traces(run_dir)
+    (path,) = trace_paths(run_dir)
     steps = sorted(n for n in dstrace_names(read_trace(path)) if n.startswith("dstrace/step#"))
     assert steps == ["dstrace/step#0", "dstrace/step#1"]
-
 
 
 def test_full_mode_asks_kineto_to_tear_cupti_down(zero3_run, tmp_path):

@@ -3,18 +3,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
-from tests.conftest import (ROOT, SCRIPTS, cpu_env, deepspeed_era_path, dstrace, free_port, manifests, read_json,
-                            read_trace, record_zero3_chat, tool, traces)
-
-JOB = os.path.join(SCRIPTS, "job.py")
-
-
-def torchrun2() -> list[str]:
-    return [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port())]
+from tests.fixtures.paths import JOB, LAUNCH
+from tests.fixtures.processes import cpu_env, deepspeed_era_path, dstrace, record_zero3_chat, start_dstrace, torchrun
+from tests.fixtures.runs import manifests, read_json, trace_paths
+from tests.fixtures.traces import read_trace
 
 
 def run_record(tmp_path, name, *command, env=None):
@@ -24,7 +19,7 @@ def run_record(tmp_path, name, *command, env=None):
 
 def assert_whole_traces(run_dir):
     """Every file that looks like a trace is a complete gzip of a complete JSON document."""
-    for path in traces(run_dir):
+    for path in trace_paths(run_dir):
         assert read_trace(path)["traceEvents"], path
     assert not [n for n in os.listdir(run_dir) if n.endswith((".pt.trace.json", ".pt.trace.json.gz"))
                 and not os.path.isfile(os.path.join(run_dir, n))]
@@ -66,7 +61,7 @@ def test_report_config_in_current_deepspeed_is_refused(tmp_path):
 
 
 def test_crashing_rank_leaves_other_rank_whole(tmp_path):
-    run_dir, result = run_record(tmp_path, "crash", *torchrun2(), JOB,
+    run_dir, result = run_record(tmp_path, "crash", *torchrun(), JOB,
                                  "--crash-rank", "1", "--sleep", "60")
     assert result.returncode != 0
     run = read_json(os.path.join(run_dir, "run.json"))
@@ -74,13 +69,13 @@ def test_crashing_rank_leaves_other_rank_whole(tmp_path):
     ms = manifests(run_dir)
     assert ms[1]["status"] == "failed" and "planted crash" in ms[1]["exit_error"]["message"]
     assert ms[0]["status"] in ("terminated", "complete")
-    assert {os.path.basename(p).split(".")[0].rsplit("_", 1)[1] for p in traces(run_dir)} == {"rank0", "rank1"}
+    assert {os.path.basename(p).split(".")[0].rsplit("_", 1)[1] for p in trace_paths(run_dir)} == {"rank0", "rank1"}
     assert_whole_traces(run_dir)
     assert "rank 1 failed" in result.stderr
 
 
 def test_killed_rank_is_reported_crashed(tmp_path):
-    run_dir, result = run_record(tmp_path, "kill", *torchrun2(), JOB,
+    run_dir, result = run_record(tmp_path, "kill", *torchrun(), JOB,
                                  "--crash-rank", "1", "--crash-how", "kill", "--sleep", "60")
     assert result.returncode != 0
     run = read_json(os.path.join(run_dir, "run.json"))
@@ -91,17 +86,15 @@ def test_killed_rank_is_reported_crashed(tmp_path):
 
 
 def _start_and_wait_for_trace(run_dir, command, expected):
-    proc = subprocess.Popen([tool("dstrace"), "record", "-o", run_dir, "--", *command], env=cpu_env(),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = start_dstrace("record", "-o", run_dir, "--", *command, start_new_session=True)
     deadline = time.time() + 300
 
     def found() -> int:
-        return len(traces(run_dir)) if os.path.isdir(run_dir) else 0
+        return len(trace_paths(run_dir)) if os.path.isdir(run_dir) else 0
 
     while found() < expected and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert len(traces(run_dir)) == expected, proc.communicate(timeout=60)
+    assert len(trace_paths(run_dir)) == expected, proc.communicate(timeout=60)
     return proc
 
 
@@ -119,7 +112,7 @@ def test_sigterm_writes_what_was_recorded(tmp_path):
 
 def test_sigterm_through_torchrun(tmp_path):
     run_dir = str(tmp_path / "term2")
-    proc = _start_and_wait_for_trace(run_dir, [*torchrun2(), JOB, "--sleep", "120"],
+    proc = _start_and_wait_for_trace(run_dir, [*torchrun(), JOB, "--sleep", "120"],
                                      expected=2)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=180)
@@ -172,7 +165,7 @@ def test_failing_hook_does_not_break_the_job(tmp_path):
         "def broken(*a, **k):\n"
         "    raise RuntimeError('planted inventory fault')\n"
         "hooks.take_inventory = broken\n"
-        f"sys.argv = [{os.path.join(ROOT, 'launch', 'device_map_chat.py')!r}, '--size', 'tiny', '--max-new-tokens', '4']\n"
+        f"sys.argv = [{os.path.join(LAUNCH, 'device_map_chat.py')!r}, '--size', 'tiny', '--max-new-tokens', '4']\n"
         f"runpy.run_path(sys.argv[0], run_name='__main__')\n")
     run_dir, result = run_record(tmp_path, "hookfail", sys.executable, str(script))
     assert result.returncode == 0, result.stderr[-2000:]
@@ -210,7 +203,7 @@ def test_a_crashed_ranks_exception_is_printed_as_the_job_printed_it(tmp_path):
     crash, and the job's traceback held dstrace's wrapper frame (hooks.py) around DDP's forward."""
     script = tmp_path / "crash.py"
     script.write_text(CRASH_IN_DDP)
-    run_dir, r = run_record(tmp_path, "crash", *torchrun2(), str(script))
+    run_dir, r = run_record(tmp_path, "crash", *torchrun(), str(script))
     assert r.returncode == 1, r.stderr[-3000:]
     assert "Traceback" in r.stderr and "hooks.py" not in r.stderr
     lines = r.stderr.splitlines()

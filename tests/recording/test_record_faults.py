@@ -9,17 +9,19 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import SCRIPTS, cpu_env, dstrace, manifests, read_json, read_trace, tool, traces
+from tests.fixtures.paths import JOB, SCRIPTS
+from tests.fixtures.processes import cpu_env, dstrace, start_dstrace, tool
+from tests.fixtures.runs import manifests, read_json, trace_paths
+from tests.fixtures.traces import read_trace
 
-JOB = os.path.join(SCRIPTS, "job.py")
+
 SLOW = os.path.join(SCRIPTS, "slow_step.py")
 
 
 def test_two_sigterms_in_quick_succession_keep_the_trace(tmp_path):
     """Launchers send a second SIGTERM soon after the first: the rank still writes its whole trace."""
     run_dir = str(tmp_path / "run")
-    proc = subprocess.Popen([tool("dstrace"), "record", "-o", run_dir, sys.executable, SLOW], env=cpu_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_dstrace("record", "-o", run_dir, sys.executable, SLOW)
     assert proc.stdout.readline().strip() == "in-window"
     pid = manifests(run_dir)[0]["pid"]
     os.kill(pid, signal.SIGTERM)
@@ -28,7 +30,7 @@ def test_two_sigterms_in_quick_succession_keep_the_trace(tmp_path):
     proc.communicate(timeout=120)
     (m,) = manifests(run_dir).values()
     assert m["status"] == "terminated"
-    (trace,) = traces(run_dir)
+    (trace,) = trace_paths(run_dir)
     assert read_trace(trace)["traceEvents"]
     assert read_json(os.path.join(run_dir, "run.json"))["ranks"][0]["traces"] == [os.path.basename(trace)]
 
@@ -47,7 +49,7 @@ def test_a_trace_that_could_not_be_written_makes_the_run_incomplete(tmp_path):
     r = subprocess.run([tool("dstrace"), "record", "-o", run_dir, sys.executable, JOB], env=cpu_env(),
                        capture_output=True, text=True, timeout=300, preexec_fn=_file_size_limit(32 << 10))
     assert r.returncode == 0 and "generated on rank 0" in r.stdout, r.stderr[-3000:]
-    assert not traces(run_dir)
+    assert not trace_paths(run_dir)
     run = read_json(os.path.join(run_dir, "run.json"))
     assert run["status"] == "incomplete"
     lost = [p for p in run["problems"] if p.startswith("rank 0 lost what it recorded: trace:")]
@@ -87,13 +89,13 @@ def test_force_starts_a_clean_run(tmp_path):
     """--force over a 1-rank run with a trace: the new run's record holds only its own rank and files."""
     run_dir = str(tmp_path / "run")
     assert dstrace("record", "-o", run_dir, sys.executable, JOB).returncode == 0
-    assert traces(run_dir)
+    assert trace_paths(run_dir)
     keep = os.path.join(run_dir, "notes.txt")
     with open(keep, "w") as f:
         f.write("mine")
     r = dstrace("record", "--force", "--mode", "annotate", "-o", run_dir, sys.executable, JOB)
     assert r.returncode == 0, r.stderr
-    assert not traces(run_dir)
+    assert not trace_paths(run_dir)
     run = read_json(os.path.join(run_dir, "run.json"))
     assert [x["rank"] for x in run["ranks"]] == [0] and run["ranks"][0]["traces"] == []
     assert manifests(run_dir)[0]["run_id"] == run["run_id"]

@@ -12,7 +12,10 @@ import time
 
 from dstrace.recording.launcher import TERM_GRACE_S
 from dstrace.recording.session import WRITING_NOTE
-from tests.conftest import ROOT, SCRIPTS, cpu_env, free_port, manifests, read_json, read_trace, tool, traces
+from tests.fixtures.paths import ROOT, SCRIPTS
+from tests.fixtures.processes import cpu_env, dstrace, free_port, start_dstrace, tool, torchrun
+from tests.fixtures.runs import manifests, read_json, trace_paths
+from tests.fixtures.traces import read_trace
 
 LONG_EXPORT = os.path.join(SCRIPTS, "long_export.py")
 # The single-rank jobs below follow optimizer.step: the window is iterations 2-4 of 8.
@@ -33,13 +36,11 @@ def _job(tmp_path, body: str, name: str = "job.py") -> str:
 
 
 def _start(run_dir: str, *command: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen([tool("dstrace"), "record", "-o", run_dir, "--", *command], env=cpu_env(), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return start_dstrace("record", "-o", run_dir, "--", *command, **popen)
 
 
 def _record(run_dir: str, *command: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([tool("dstrace"), "record", "-o", run_dir, "--", *command], env=cpu_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return dstrace("record", "-o", run_dir, "--", *command, timeout=timeout)
 
 
 def _wait_for_a_trace_being_written(run_dir: str, proc: subprocess.Popen, rank: int = 0) -> None:
@@ -54,7 +55,7 @@ def _wait_for_a_trace_being_written(run_dir: str, proc: subprocess.Popen, rank: 
 
 def _whole_trace(run_dir: str, rank: int = 0) -> str:
     """The rank's one trace, a whole gzip of a whole JSON document, and no raw JSON left beside it."""
-    (trace,) = [t for t in traces(run_dir) if f"_rank{rank}." in os.path.basename(t)]
+    (trace,) = [t for t in trace_paths(run_dir) if f"_rank{rank}." in os.path.basename(t)]
     assert read_trace(trace)["traceEvents"]
     assert not [n for n in os.listdir(run_dir) if n.endswith(".json.tmp")]
     return trace
@@ -94,7 +95,7 @@ def test_a_job_profiling_itself_before_the_window_keeps_the_only_profiler(tmp_pa
     r = _record(run_dir, sys.executable, job)
     assert r.returncode == 0, r.stderr[-3000:]
     (m,) = manifests(run_dir).values()
-    assert m["window"]["trigger"] is None and not traces(run_dir)
+    assert m["window"]["trigger"] is None and not trace_paths(run_dir)
     assert "no trace: dstrace stood aside: the job started its own torch.profiler" in r.stderr
 
 
@@ -148,9 +149,17 @@ def _running(pid: int) -> bool:
 
 
 def test_a_fork_pool_used_in_the_window_and_terminated_writes_one_trace(tmp_path):
+    """On ff03bd2 each worker of the pool wrote a rank-0 trace of its own (three in all): a worker inherits the
+    open window, and its optimizer steps closed it. Workers that only compute wrote none even there (the
+    SIGTERM of terminate() killed them unhandled), so the workers step an optimizer, as a job's would."""
     job = _job(tmp_path, textwrap.dedent("""
         import multiprocessing, time, torch
         def work(x):
+            m = torch.nn.Linear(8, 8)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            for _ in range(6):
+                m(torch.randn(4, 8)).sum().backward()
+                opt.step()
             return float(torch.ones(3).sum()) * x
         """) + TRAINING.replace("    opt.step()\n", """    opt.step()
     if i == 3:
@@ -219,8 +228,8 @@ def test_ctrl_c_twice_while_the_trace_is_written_at_exit_keeps_it_whole(tmp_path
 def test_ranks_keep_their_traces_when_torchrun_ends_them_after_one_rank_failed(tmp_path):
     """Rank 1 dies while rank 0 writes; torchrun then sends SIGTERM to rank 0: its trace is whole."""
     run_dir = str(tmp_path / "run")
-    proc = _start(run_dir, tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
-                  "--monitor-interval", "0.05", LONG_EXPORT, "--ops", "3000", "--crash-rank", "1", "--after", "60")
+    proc = _start(run_dir, *torchrun(), "--monitor-interval", "0.05", LONG_EXPORT, "--ops", "3000", "--crash-rank", "1",
+                  "--after", "60")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode != 0
     ms = manifests(run_dir)
@@ -293,8 +302,7 @@ def test_a_running_recording_is_not_said_to_have_ended(tmp_path):
         deadline = time.time() + 60
         while time.time() < deadline and not (os.path.isdir(run_dir) and manifests(run_dir)):
             time.sleep(0.1)
-        r = subprocess.run([tool("dstrace"), "analyze", run_dir], env=cpu_env(), cwd=ROOT, capture_output=True,
-                           text=True, timeout=300)
+        r = dstrace("analyze", run_dir, timeout=300)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=60)
@@ -337,3 +345,47 @@ def test_sigint_to_the_whole_group_reaches_the_job_once(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert out.split() == ["interrupts", "1"] and proc.returncode == 130, (out, err[-3000:])
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()), "--monitor-interval", "0.05",
+            *args]
+
+
+def _ctrl_c_pressed(proc: subprocess.Popen, times: int, gap_s: float) -> None:
+    """A terminal's Ctrl-C pressed `times` times, `gap_s` apart: SIGINT to the whole foreground group."""
+    for _ in range(times):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(gap_s)
+
+
+def test_ctrl_c_pressed_four_times_while_ranks_write_keeps_every_trace_or_says_why(tmp_path):
+    """Four Ctrl-Cs within 100 ms while one rank writes and the other stops its profiler (torchrun, 2 ranks,
+    in sessions of their own: torchrun sends them SIGINT, then SIGTERM when a second SIGINT cuts its wait
+    short). A signal handled inside the profiler's stop left Kineto half stopped, and the rank died writing at
+    exit (0 bytes); one during the first manifest write left "being written" beside a whole trace. Each rank's
+    trace is whole with nothing said lost, or absent and `lost` says why; the exit code is torchrun's own."""
+    run_dir = str(tmp_path / "run")
+    job = (LONG_EXPORT, "--ops", "3000", "--after", "60")
+    proc = _start(run_dir, *_torchrun(*job), start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (
+            os.path.isdir(run_dir) and any(n.endswith(".json.tmp") for n in os.listdir(run_dir))):
+        time.sleep(0.002)
+    _ctrl_c_pressed(proc, 4, 0.025)
+    out, err = proc.communicate(timeout=300)
+    alone = subprocess.Popen(_torchrun(*job), env=cpu_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(8)  # in the ranks' loop
+    _ctrl_c_pressed(alone, 4, 0.025)
+    assert proc.returncode == alone.wait(timeout=300) == read_json(os.path.join(run_dir, "run.json"))["exit_code"]
+    ms = manifests(run_dir)
+    assert sorted(ms) == [0, 1], err[-3000:]
+    for rank, m in ms.items():
+        assert m["status"] in ("interrupted", "terminated"), (rank, m["status"], err[-3000:])
+        if m["window"]["trace_file"]:
+            assert m["lost"] == [], (rank, m["lost"])
+            assert os.path.basename(_whole_trace(run_dir, rank)) == m["window"]["trace_file"]
+        else:
+            assert m["lost"] and all(reason.startswith("trace: ") for reason in m["lost"]), (rank, m)
+    assert not [n for n in os.listdir(run_dir) if n.endswith(".json.tmp")]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import cpu_env, dstrace, free_port, tool
+from tests.fixtures.processes import cpu_env, dstrace, tool, torchrun
 
 
 def _marking_job(tmp_path) -> tuple[str, str]:
@@ -73,8 +73,7 @@ def test_a_users_sitecustomize_runs_once_in_each_process(tmp_path):
     job = tmp_path / "job.py"
     job.write_text("import torch\ntorch.nn.Linear(2, 2)(torch.ones(2))\n")
     run_dir = str(tmp_path / "run")
-    r = dstrace("record", "-o", run_dir, "--", tool("torchrun"), "--nproc_per_node", "1", "--master_port",
-                str(free_port()), str(job), env=cpu_env(PYTHONPATH=os.pathsep.join(
+    r = dstrace("record", "-o", run_dir, "--", *torchrun(1), str(job), env=cpu_env(PYTHONPATH=os.pathsep.join(
                     filter(None, [str(user_site), os.environ.get("PYTHONPATH")]))))
     assert r.returncode == 0, r.stderr[-3000:]
     runs = [line.split(" ", 1) for line in log.read_text().splitlines()]

@@ -2,19 +2,15 @@
 step, a KV cache growing over a long decode, and synced_gpus' extra forwards under ZeRO-3."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from tests.conftest import SCRIPTS, dstrace, free_port, manifests, read_trace, tool, traces
+from tests.fixtures.paths import SCRIPTS
+from tests.fixtures.processes import analyze_json, dstrace, torchrun
+from tests.fixtures.runs import manifests, trace_paths
+from tests.fixtures.traces import read_trace
 
 COMPILE_TIMER = " (dynamo_timed)"  # torch.compile's name for the ranges its timers write
-
-
-def compared(run_dir: str, *args: str) -> dict:
-    result = dstrace("analyze", run_dir, "--format", "json", *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
 
 
 def steps_with(path: str, suffix: str) -> set[int]:
@@ -33,10 +29,10 @@ def test_a_recompiling_step_shows_its_compile_work(tmp_path):
     result = dstrace("record", "-o", run_dir, "--window-start", "2", "--window-steps", "4", "--",
                      sys.executable, os.path.join(SCRIPTS, "compiled_generate.py"), "--max-new-tokens", "8")
     assert result.returncode == 0, result.stderr[-3000:]
-    (path,) = traces(run_dir)
+    (path,) = trace_paths(run_dir)
     compiling = steps_with(path, COMPILE_TIMER)
     assert 2 in compiling and not compiling & {4, 5}, compiling  # the workload does what it says
-    c = compared(run_dir, "--steps", "2", "--against", "4:5")
+    c = analyze_json(run_dir, "--steps", "2", "--against", "4:5")
     assert c["steps_used"] == [2] and c["against_used"] == [4, 5]
     compile_items = [i for i in c["items"] if i["name"].endswith(COMPILE_TIMER)]
     assert compile_items, [i["name"] for i in c["items"]]
@@ -54,7 +50,7 @@ def test_a_growing_kv_cache_shows_as_its_concatenation_growing(tmp_path):
     result = dstrace("record", "-o", run_dir, "--window-start", "2", "--window-steps", "396", "--",
                      sys.executable, os.path.join(SCRIPTS, "long_decode.py"), "--max-new-tokens", "400")
     assert result.returncode == 0, result.stderr[-3000:]
-    c = compared(run_dir, "--steps", "2:21", "--against", "378:397")
+    c = analyze_json(run_dir, "--steps", "2:21", "--against", "378:397")
     assert len(c["steps_used"]) == 20 and len(c["against_used"]) == 20
     top = c["items"][0]
     assert (top["name"], top["kind"]) == ("aten::cat", "host") and top["change_ms"] > 0, c["items"][:3]
@@ -70,20 +66,20 @@ def test_synced_gpus_extra_forwards_are_named_on_the_rank_that_ran_them(tmp_path
     a token."""
     run_dir = str(tmp_path / "synced")
     result = dstrace("record", "-o", run_dir, "--window-start", "2", "--window-steps", "6", "--",
-                     tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
-                     os.path.join(SCRIPTS, "synced_generate.py"), "--max-new-tokens", "10", "--short-rank-tokens", "4")
+                     *torchrun(), os.path.join(SCRIPTS, "synced_generate.py"), "--max-new-tokens", "10",
+                     "--short-rank-tokens", "4")
     assert result.returncode == 0, result.stderr[-3000:]
     calls = {r: m["calls"][0] for r, m in manifests(run_dir).items()}
     assert {r: (c["new_tokens"], len(c["step_ms"])) for r, c in calls.items()} == {0: (10, 10), 1: (4, 10)}
     gathered = calls[1]["gathered_bytes"]
     assert gathered[0] > 0 and set(gathered[4:]) == {gathered[1]}  # full forwards, the same gathers
-    c = compared(run_dir, "--steps", "2:3", "--against", "4:7", "--rank", "1")
+    c = analyze_json(run_dir, "--steps", "2:3", "--against", "4:7", "--rank", "1")
     assert c["after_last_token"] == {"1": [4, 9]}
     assert c["steps_used"] == [2, 3] and c["against_used"] == [4, 5, 6, 7]
     # what the extra forwards leave out is the token choice between forwards (the argmax, the stopping checks),
     # not any of the ZeRO-3 gathers: every dstrace/zero3 range of the real steps is in each of them too
     assert "aten::argmax" in c["only_in_steps"] and c["only_in_against"] == [], c
     assert not [n for n in c["only_in_steps"] if n.startswith("dstrace/")], c["only_in_steps"]
-    assert compared(run_dir, "--steps", "2:3", "--against", "4:7")["after_last_token"] == {"1": [4, 9]}
+    assert analyze_json(run_dir, "--steps", "2:3", "--against", "4:7")["after_last_token"] == {"1": [4, 9]}
     text = dstrace("analyze", run_dir, "--steps", "2:3", "--against", "4:7", "--rank", "1").stdout
     assert "rank 1: steps 4-9 came after its last new token (4 new tokens, 10 forwards)" in text, text

@@ -2,25 +2,17 @@
 which (calls[].step_kinds), and the analysis of a run as a new user records it finds no unrepresentative window."""
 from __future__ import annotations
 
-import json
-import os
 import sys
 
-from tests.conftest import dstrace, manifests, read_trace, traces
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-JOB = os.path.join(HERE, "scripts", "job.py")  # one generate(), 8 new tokens
+from tests.fixtures.paths import JOB
+from tests.fixtures.processes import analyze_json, dstrace
+from tests.fixtures.runs import manifests, trace_paths
+from tests.fixtures.traces import read_trace
 
 
 def traced_steps(path: str) -> list[str]:
     return sorted(e["name"] for e in read_trace(path)["traceEvents"]
                   if e.get("cat") == "user_annotation" and e["name"].startswith("dstrace/step#"))
-
-
-def analysis(run_dir: str) -> dict:
-    result = dstrace("analyze", run_dir, "--format", "json")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
 
 
 def test_the_profilers_start_and_stop_fall_outside_the_window(tmp_path):
@@ -32,9 +24,9 @@ def test_the_profilers_start_and_stop_fall_outside_the_window(tmp_path):
     assert call["step_kinds"] == ["profiler-warmup", "profiler-start", "profiled", "profiled", "profiled",
                                   "profiler-stop", "unprofiled", "unprofiled"]
     assert m["window"]["recorded_steps"] == [2, 3, 4]
-    (path,) = traces(run_dir)
+    (path,) = trace_paths(run_dir)
     assert traced_steps(path) == ["dstrace/step#2", "dstrace/step#3", "dstrace/step#4"]
-    a = analysis(run_dir)
+    a = analyze_json(run_dir)
     assert "window-not-representative" not in {f["id"] for f in a["findings"]}
     cost = a["steps"]["profiler_cost"]
     assert cost["profiled_steps"] == 3 and cost["unprofiled_steps"] == 2
@@ -50,7 +42,7 @@ def test_a_window_from_step_0_starts_in_its_first_step(tmp_path):
     (m,) = manifests(run_dir).values()
     assert m["calls"][0]["step_kinds"][:4] == ["profiler-start", "profiled", "profiler-stop", "unprofiled"]
     assert m["window"]["recorded_steps"] == [0, 1]
-    (path,) = traces(run_dir)
+    (path,) = trace_paths(run_dir)
     assert traced_steps(path) == ["dstrace/step#0", "dstrace/step#1"]
 
 
@@ -63,5 +55,5 @@ def test_zero3_ranks_record_the_kinds_of_their_steps(zero3_run):
         kinds = m["calls"][0]["step_kinds"]
         assert kinds[:6] == ["profiler-warmup", "profiler-start", "profiled", "profiled", "profiled",
                              "profiler-stop"]
-    a = analysis(run_dir)
+    a = analyze_json(run_dir)
     assert "window-not-representative" not in {f["id"] for f in a["findings"]}

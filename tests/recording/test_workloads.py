@@ -3,7 +3,6 @@ unchanged on two gloo ranks, and the calls around a chat() window, each asserted
 `analyze` say."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -11,19 +10,14 @@ import sys
 
 import pytest
 
-from tests.conftest import (LAUNCH, dstrace, free_port, manifests, read_json, read_trace, record_zero3_chat, tool,
-                            traces)
+from tests.fixtures.paths import LAUNCH
+from tests.fixtures.processes import analyze_json, dstrace, free_port, record_zero3_chat, tool, torchrun
+from tests.fixtures.runs import manifests, read_json, trace_paths
+from tests.fixtures.traces import read_trace
 
 
 def record_torchrun(run_dir: str, script: str, *args: str, options: tuple[str, ...] = ()):
-    return dstrace("record", "-o", run_dir, *options, "--", tool("torchrun"), "--nproc_per_node", "2",
-                   "--master_port", str(free_port()), os.path.join(LAUNCH, script), *args)
-
-
-def analysis(run_dir: str) -> dict:
-    result = dstrace("analyze", run_dir, "--format", "json")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    return dstrace("record", "-o", run_dir, *options, "--", *torchrun(), os.path.join(LAUNCH, script), *args)
 
 
 def user_ranges(trace: dict) -> dict[str, list[dict]]:
@@ -56,13 +50,13 @@ def test_ddp_training_window_follows_optimizer_steps(ddp_run):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "window on optimizer.step: iterations 2, 3, 4" in result.stderr
     run = read_json(os.path.join(run_dir, "run.json"))
-    assert run["status"] == "complete" and len(traces(run_dir)) == 2
+    assert run["status"] == "complete" and len(trace_paths(run_dir)) == 2
     for m in manifests(run_dir).values():
         w = m["window"]
         assert w["trigger"] == "optimizer.step" and w["recorded_steps"] == [2, 3, 4]
         assert w["iterations"] == {"optimizer.step": 7, "DistributedDataParallel.forward": 7}
         assert m["inventory"]["taken_at"] == "DistributedDataParallel.forward" and m["hook_errors"] == []
-    for path in traces(run_dir):
+    for path in trace_paths(run_dir):
         names = user_ranges(read_trace(path))
         assert sorted(n for n in names if n.startswith("ProfilerStep#")) == [
             "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
@@ -71,7 +65,7 @@ def test_ddp_training_window_follows_optimizer_steps(ddp_run):
 
 def test_ddp_allreduce_exposed_after_backward(ddp_run):
     run_dir, _ = ddp_run
-    a = analysis(run_dir)
+    a = analyze_json(run_dir)
     assert a["steps"]["source"] == "ProfilerStep ranges" and a["steps"]["decode"] is False
     for r in ("0", "1"):
         assert a["ranks"][r]["collectives"]["AllReduce"]["count"] >= 3  # at least a bucket per iteration
@@ -87,7 +81,7 @@ def test_training_shorter_than_the_window_says_so(tmp_path):
     run_dir = str(tmp_path / "short")
     result = record_torchrun(run_dir, "ddp_train.py", "--steps", "2")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert traces(run_dir) == []
+    assert trace_paths(run_dir) == []
     assert "window (iterations 2-4 of optimizer.step) was never reached: 2 optimizer.step ran" in result.stderr
 
 
@@ -108,8 +102,8 @@ def test_time_window_for_a_loop_of_its_own(tp_run):
     run_dir, result = tp_run
     assert "window on time: 0.5 s at module or collective calls, 1 s after recording started, once the profiler was " \
         "ready" in result.stderr
-    assert len(traces(run_dir)) == 2
-    a = analysis(run_dir)
+    assert len(trace_paths(run_dir)) == 2
+    a = analyze_json(run_dir)
     assert not any(f["id"] == "tp-not-applied" for f in a["findings"])
     for r in ("0", "1"):  # RowwiseParallel all-reduces each down_proj's output: two per forward
         assert a["ranks"][r]["collectives"]["AllReduce"]["count"] >= 4
@@ -133,13 +127,13 @@ def test_time_window_for_a_loop_of_bare_collectives(tmp_path):
     assert "ranks 0, 1: window on time: 2 s at module or collective calls, 1 s after recording started, once the " \
         "profiler was ready" \
         in result.stderr
-    assert read_json(os.path.join(run_dir, "run.json"))["status"] == "complete" and len(traces(run_dir)) == 2
+    assert read_json(os.path.join(run_dir, "run.json"))["status"] == "complete" and len(trace_paths(run_dir)) == 2
     ms = manifests(run_dir)
     assert sorted(ms) == [0, 1]
     for m in ms.values():
         w = m["window"]
         assert w["trigger"] == "time" and w["trace_file"] and w["iterations"] == {} and m["hook_errors"] == []
-    a = analysis(run_dir)
+    a = analyze_json(run_dir)
     for r in ("0", "1"):
         collectives = a["ranks"][r]["collectives"]
         assert {"AllReduce", "AllGather", "Broadcast", "Barrier"} <= set(collectives), collectives
@@ -148,7 +142,7 @@ def test_time_window_for_a_loop_of_bare_collectives(tmp_path):
     # Both windows cover the same calls: they open at one moment (a rank's window opened at once would be spent
     # waiting for its peer's profiler to get ready, and cover other calls than the peer's).
     spans = []
-    for path in traces(run_dir):
+    for path in trace_paths(run_dir):
         events = [e for e in read_trace(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
         (marker,) = user_ranges(read_trace(path))["dstrace/window.open"]
         spans.append((marker["ts"], max(e["ts"] + e["dur"] for e in events)))
@@ -162,7 +156,7 @@ def test_calls_around_the_window(zero3_run):
     """chat() clipped to the window, DeepSpeed's entry points at their real times, on the trace's clock."""
     run_dir, _ = zero3_run
     ms = manifests(run_dir)
-    for path in traces(run_dir):
+    for path in trace_paths(run_dir):
         trace = read_trace(path)
         m = ms[trace["distributedInfo"]["rank"]]
         names = user_ranges(trace)
@@ -202,7 +196,7 @@ def test_fsdp2_is_partitioning_not_tp(fsdp_run):
 
 def test_fsdp2_gathers_every_unit_forward_and_backward(fsdp_run):
     run_dir, _ = fsdp_run
-    a = analysis(run_dir)
+    a = analyze_json(run_dir)
     ids = [f["id"] for f in a["findings"]]
     assert "fsdp-gathers-model-per-step" in ids and "zero3-gathers-model-per-step" not in ids
     (f,) = [f for f in a["findings"] if f["id"] == "fsdp-gathers-model-per-step"]
@@ -222,11 +216,11 @@ def test_accelerate_launch_multi_process_inference(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "window on generate steps: call 1, steps 2, 3, 4" in result.stderr
     ms = manifests(run_dir)
-    assert sorted(ms) == [0, 1] and len(traces(run_dir)) == 2
+    assert sorted(ms) == [0, 1] and len(trace_paths(run_dir)) == 2
     for m in ms.values():
         assert [c["new_tokens"] for c in m["calls"]] == [8, 8]  # 4 prompts split over 2 processes
         assert m["world_size"] == 2 and m["inventory"]["effective_tp"] == 1
-    a = analysis(run_dir)
+    a = analyze_json(run_dir)
     assert all(not a["ranks"][r]["collectives"] for r in ("0", "1"))
     assert a["steps"]["decode"] is True
     assert not {"tp-not-applied", "zero3-gathers-model-per-step", "peer-wait"} & {f["id"] for f in a["findings"]}
@@ -239,10 +233,10 @@ def test_device_map_baseline_shows_its_call(tmp_path):
                      "--size", "tiny", "--max-new-tokens", "6")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rank 0: window on generate steps: call 1, steps 2, 3, 4" in result.stderr
-    (path,) = traces(run_dir)
+    (path,) = trace_paths(run_dir)
     (chat,) = user_ranges(read_trace(path))["dstrace/chat"]
     assert chat["args"]["clipped"] is True
-    a = analysis(run_dir)
+    a = analyze_json(run_dir)
     assert a["steps"]["decode"] is True and a["ranks"]["0"]["collectives"] == {}
 
 
@@ -257,7 +251,7 @@ def test_generate_steps_win_over_a_due_time_window(tmp_path):
     assert "rank 0: window on generate steps: call 1, steps 2, 3, 4" in result.stderr
     (m,) = manifests(run_dir).values()
     assert m["window"]["trigger"] == "generate step" and m["window"]["recorded_steps"] == [2, 3, 4]
-    (path,) = traces(run_dir)
+    (path,) = trace_paths(run_dir)
     names = user_ranges(read_trace(path))
     assert sorted(n for n in names if n.startswith("dstrace/step#")) == ["dstrace/step#2", "dstrace/step#3",
                                                                          "dstrace/step#4"]
@@ -271,7 +265,7 @@ def test_setup_collectives_leave_the_window_to_generate(tmp_path):
     result = record_zero3_chat(run_dir, "--max-new-tokens", "6", options=("--window-after", "0"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ranks 0, 1: window on generate steps: call 1, steps 2, 3, 4" in result.stderr
-    for path in traces(run_dir):
+    for path in trace_paths(run_dir):
         names = user_ranges(read_trace(path))
         assert len(names["dstrace/chat"]) == len(names["dstrace/deepspeed.initialize"]) == 1
         assert sorted(n for n in names if n.startswith("dstrace/step#")) == ["dstrace/step#2", "dstrace/step#3",
@@ -290,7 +284,7 @@ def test_transformers_tp_plan_measured_from_dtensors(tmp_path):
         assert inv["effective_tp"] == 2 and inv["dtensors"] > 0
         split = [w for w in inv["weights"] if w["split"] == 2]
         assert split and all(w["local_numel"] * 2 == math.prod(w["shape"]) for w in split)
-    assert "tp-not-applied" not in {f["id"] for f in analysis(run_dir)["findings"]}
+    assert "tp-not-applied" not in {f["id"] for f in analyze_json(run_dir)["findings"]}
     for m in manifests(run_dir).values():  # the request itself, beside what the shards measure
         asked = {t["key"]: t["value"] for t in m["tp_requested"] if t["source"] == "from_pretrained"}
         assert asked == {"tp_plan": "auto", "tp_size (implied: WORLD_SIZE)": 2}

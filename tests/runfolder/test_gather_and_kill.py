@@ -12,8 +12,9 @@ import time
 import psutil
 import pytest
 
-from tests.analysis import synthetic
-from tests.conftest import cpu_env, dstrace
+from tests.fixtures.processes import cpu_env, dstrace
+from tests.fixtures.runs import write_manifest, write_run_record
+from tests.fixtures.traces import write_zero3_traces
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def node(tmp_path) -> str:
     folder = tmp_path / "node"
     folder.mkdir()
     for rank in range(2):
-        synthetic.write_manifest(str(folder), rank)
+        write_manifest(str(folder), rank)
     return str(folder)
 
 
@@ -44,7 +45,7 @@ def test_gather_writes_through_no_linked_nodes_folder_in_out(node, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     os.symlink(elsewhere, out / "nodes")
-    synthetic.write_run_record(node)  # a node's run record is copied to OUT/nodes/
+    write_run_record(node)  # a node's run record is copied to OUT/nodes/
     r = dstrace("gather", str(out), node, timeout=60)
     assert r.returncode == 2 and "is a link" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert os.listdir(elsewhere) == []
@@ -72,8 +73,7 @@ def test_gather_into_a_file_is_one_line(node, tmp_path):
 def large_run(tmp_path_factory) -> str:
     """Two ranks of ~70 MB of JSON each: analyze parses them with a helper or a worker process."""
     folder = tmp_path_factory.mktemp("large")
-    for b in synthetic.zero3_run(str(folder), world_size=2, steps=3, layers=12000):
-        b.write(str(folder))
+    write_zero3_traces(str(folder), world_size=2, steps=3, layers=12000)
     return str(folder)
 
 
@@ -108,8 +108,7 @@ def test_a_killed_analyze_leaves_no_process_and_the_next_removes_its_scratch(lar
     left = [n for n in os.listdir(scratch_root) if n.startswith(f"dstrace-parse-{proc.pid}-")]
     small = tmp_path / "small"
     small.mkdir()
-    for b in synthetic.zero3_run(str(small), world_size=2, steps=2, layers=2):
-        b.write(str(small))
+    write_zero3_traces(str(small), world_size=2, steps=2, layers=2)
     r = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", str(small)], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from tests.conftest import cpu_env, dstrace
+from tests.fixtures.processes import cpu_env, dstrace
+
 
 RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
 LIMITED_AS = 3 << 30
@@ -255,14 +256,19 @@ def test_overlaps_negative_durations_and_duplicate_keys_are_warned_and_counted(s
     assert sum(RANK0 in w for w in report["warnings"]) == 3
 
 
+@pytest.mark.parametrize("keys", [("dur", "ts"), ("dur",), ("name", "ph", "cat", "pid", "tid", "args")],
+                         ids=["ts-and-dur", "dur-alone", "the-others"])
 @pytest.mark.parametrize("layout", ["kineto", "one-line"])
-def test_keys_given_twice_inside_events_are_warned_and_counted(small_run, tmp_path, layout):
-    """Only the top level was looked at: an event giving `dur` or `ts` twice passed silently (the decoder keeps
-    the last). Either layout: torch.profiler's (decoded in pieces, by two processes) and one line (whole)."""
+def test_keys_given_twice_inside_events_are_warned_and_counted(small_run, tmp_path, layout, keys):
+    """Only the top level was looked at: an event giving one of its keys twice passed silently (the decoder keeps
+    the last); then only where a piece held more `ts` or `dur` than events (`dur` alone passed: metadata
+    events have none). Each key the decoder reads, each in another event. Either layout: torch.profiler's
+    (decoded in pieces, by two processes) and one line (whole)."""
     path = os.path.join(small_run, RANK0)
     data = json.loads(gzip.open(path).read())
     host = [i for i, e in enumerate(data["traceEvents"]) if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
-    marks = {host[2]: "dur", host[-1]: "ts"}
+    assert all("args" in data["traceEvents"][i] for i in host) and len(host) > len(keys) + 2
+    marks = dict(zip(host[2:len(keys) + 1] + host[-1:], keys))
     for i, key in marks.items():
         data["traceEvents"][i] = {"__twice__": key, **data["traceEvents"][i]}
     text = kineto_layout(data) if layout == "kineto" else json.dumps(data)
@@ -273,7 +279,8 @@ def test_keys_given_twice_inside_events_are_warned_and_counted(small_run, tmp_pa
     r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     warned = [line for line in r.stderr.splitlines() if RANK0 in line and "twice" in line]
-    assert len(warned) == 1 and "2 key(s) given twice in one object (dur, ts)" in warned[0], r.stderr[-3000:]
+    said = f"{len(keys)} key(s) given twice in one object ({', '.join(sorted(keys))})"
+    assert len(warned) == 1 and said in warned[0], r.stderr[-3000:]
     assert sum(RANK0 in w and "twice" in w for w in json.load(open(tmp_path / "r.json"))["warnings"]) == 1
 
 

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
+
 
 MANIFEST = "rank0.manifest.json"
 

@@ -11,7 +11,8 @@ import threading
 
 import pytest
 
-from tests.conftest import cpu_env, dstrace, tool
+from tests.fixtures.processes import cpu_env, dstrace, tool
+
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
 

@@ -7,7 +7,7 @@ import json
 import os
 
 from dstrace.runfolder.names import reduction_name
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
 
 RANK0 = "hostA_rank0.1700000000000.pt.trace.json.gz"
 
@@ -20,7 +20,7 @@ def test_analyze_one_trace_file_is_a_run_of_that_rank(small_run, tmp_path):
     assert report["ranks_found"] == [0] and report["trace_dir"] == trace
     assert os.path.exists(os.path.join(small_run, reduction_name(RANK0)))
     again = dstrace("analyze", trace, "--format", "json", timeout=120)
-    assert again.returncode == 0 and "(from its cache)" in again.stderr and json.loads(again.stdout) == report
+    assert again.returncode == 0 and "(from its kept reduction)" in again.stderr and json.loads(again.stdout) == report
 
 
 def test_view_one_trace_file_writes_beside_it_through_no_link(small_run, tmp_path):

@@ -7,7 +7,7 @@ import os
 
 from dstrace.recording.session import RankSession
 from dstrace.recording.window import WindowOptions
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
 
 OUTSIDE = "the user's own file"
 

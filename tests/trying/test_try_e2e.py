@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, cpu_env, dstrace, free_port, manifests, read_json, tool
+from tests.fixtures.paths import ROOT
+from tests.fixtures.processes import cpu_env, dstrace, torchrun
+from tests.fixtures.runs import manifests, read_json
+
 
 SCRIPT = os.path.join(ROOT, "tests", "trying", "scripts", "zero3_generate.py")
 EXTENSIONS = os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions", "deepspeed-installed")
@@ -54,8 +57,7 @@ def checkpoints(tmp_path_factory):
 
 
 def try_(out: str, checkpoint: str, *sets: str, tokens: int = 4):
-    command = [tool("torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()), SCRIPT,
-               "--checkpoint", checkpoint, "--max-new-tokens", str(tokens)]
+    command = [*torchrun(), SCRIPT, "--checkpoint", checkpoint, "--max-new-tokens", str(tokens)]
     args = [a for s in sets for a in ("--set", s)]
     return dstrace("try", "--repeats", "1", "-o", out, "--format", "json", *args, "--", *command, env=cpu_env(
         PYTHONPATH=ROOT, TORCH_EXTENSIONS_DIR=EXTENSIONS))

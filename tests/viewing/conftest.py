@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from tests.analysis import synthetic
+from tests.fixtures.traces import write_zero3_traces
+
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -21,10 +22,17 @@ def gpu_run(tmp_path_factory) -> str:
     """Two ranks on two hosts, NCCL AllGathers that rank 1 reaches LATE_US late, rank 1's clock ahead."""
     folder = str(tmp_path_factory.mktemp("gpu") / "gpu_run")
     os.makedirs(folder)
-    for builder in synthetic.zero3_run(folder, late_rank=1, late_us=LATE_US, host_of=lambda r: f"node{r}",
-                                       clock_offsets={1: CLOCK_AHEAD_US}):
-        builder.write(folder)
+    write_zero3_traces(folder, late_rank=1, late_us=LATE_US, host_of=lambda r: f"node{r}",
+                       clock_offsets={1: CLOCK_AHEAD_US})
     return folder
+
+
+@pytest.fixture(scope="session")
+def recorded(zero3_run) -> str:
+    """The session's recorded ZeRO-3 chat run (tests/conftest.py), which must have recorded."""
+    run_dir, result = zero3_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
 
 
 @pytest.fixture(scope="session")

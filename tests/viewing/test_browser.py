@@ -8,13 +8,13 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 import urllib.request
 
 import pytest
 
-from tests.conftest import cpu_env, dstrace, manifests, tool
+from tests.fixtures.processes import cpu_env, dstrace, start_dstrace
+from tests.fixtures.runs import manifests
 from tests.viewing.conftest import Console
 
 CHARTS_LOADER = "https://www.gstatic.com/charts/loader.js"
@@ -27,13 +27,6 @@ URL_LINE = re.compile(r"TensorBoard at (http://127\.0\.0\.1:\d+/)\S*")
 START_TIMEOUT_S = 60
 
 
-@pytest.fixture(scope="module")
-def recorded(zero3_run):
-    run_dir, result = zero3_run
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
-
-
 def _get_json(url: str):
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.load(r)
@@ -44,8 +37,7 @@ def tensorboard(recorded, tmp_path):
     """`dstrace view RUN --tensorboard` running; yields (process, base URL, its TMPDIR)."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    proc = subprocess.Popen([tool("dstrace"), "view", recorded, "--tensorboard"], env=cpu_env(TMPDIR=str(tmpdir)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_dstrace("view", recorded, "--tensorboard", env=cpu_env(TMPDIR=str(tmpdir)))
     try:
         line = proc.stdout.readline()
         m = URL_LINE.search(line)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import dstrace
+from tests.fixtures.processes import dstrace
 
 
 def assert_one_line(result, words: str):

@@ -7,7 +7,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tests.conftest import dstrace, manifests
+from tests.fixtures.processes import dstrace
+from tests.fixtures.runs import manifests
 from tests.viewing.conftest import CLOCK_AHEAD_US, LATE_US
 from tests.viewing.helpers import read_merged
 
@@ -38,13 +39,6 @@ def assert_well_formed(m):
         assert ends_of["out"][0] != ends_of["in"][0], "a flow links two ranks"
         assert ends_of["out"][1] <= ends_of["in"][1], "a flow runs forward in time"
     return len(starts)
-
-
-@pytest.fixture(scope="module")
-def recorded(zero3_run):
-    run_dir, result = zero3_run
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
 
 
 def test_recorded_run_one_process_per_rank_with_ranges_and_links(recorded, tmp_path):

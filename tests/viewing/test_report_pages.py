@@ -8,10 +8,9 @@ import shutil
 from urllib.parse import urlsplit
 
 from dstrace.explain import documentation_url, section, shipped_doc
-from tests.conftest import ROOT, dstrace
+from tests.fixtures.paths import TRACES
+from tests.fixtures.processes import dstrace
 from tests.viewing.conftest import Console
-
-TRACES = os.path.join(ROOT, "traces")
 
 
 def open_page(browser, path: str):

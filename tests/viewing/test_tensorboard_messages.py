@@ -16,9 +16,10 @@ import urllib.request
 import pytest
 
 from dstrace.viewing.tensorboard import charts_reachable
-from tests.conftest import ROOT, cpu_env, tool
+from tests.fixtures.paths import TRACES
+from tests.fixtures.processes import cpu_env, start_dstrace
 
-RUN = os.path.join(ROOT, "traces", "h200-device-map")
+RUN = os.path.join(TRACES, "h200-device-map")
 URL_LINE = re.compile(r"^dstrace: TensorBoard at (http://127\.0\.0\.1:\d+/)#pytorch_profiler ")
 
 
@@ -31,8 +32,7 @@ def finish(proc: subprocess.Popen) -> tuple[str, str]:
 
 
 def start(run_dir: str, tmp_path) -> subprocess.Popen:
-    return subprocess.Popen([tool("dstrace"), "view", run_dir, "--tensorboard"], env=cpu_env(TMPDIR=str(tmp_path)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return start_dstrace("view", run_dir, "--tensorboard", env=cpu_env(TMPDIR=str(tmp_path)), start_new_session=True)
 
 
 def test_the_address_comes_once_the_run_is_listed_and_offline_is_said_first(tmp_path):

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dstrace.analysis.findings import communication, host, parallelism, steps
 from dstrace.analysis.findings.host import blocking_call_notes
 from dstrace.analysis.findings.inputs import FindingInputs, Mechanisms
-from dstrace.analysis.findings.parallelism import error_line
-from dstrace.analysis.model import Finding
+from dstrace.analysis.results import Finding
 
 FINDINGS = (
     communication.ddp_allreduce_exposed,
@@ -36,7 +35,7 @@ share one gate (`parallelism.gathered_model`) and exclude each other; `waiting_f
 DOCS = {**parallelism.DOCS, **communication.DOCS, **host.DOCS, **steps.DOCS}
 """Every finding id -> where it is explained at length (`dstrace explain`, the reports' docs links)."""
 
-__all__ = ["DOCS", "FINDINGS", "FindingInputs", "Mechanisms", "all_findings", "blocking_call_notes", "error_line"]
+__all__ = ["DOCS", "FINDINGS", "FindingInputs", "Mechanisms", "all_findings", "blocking_call_notes"]
 
 
 def all_findings(inputs: FindingInputs) -> list[Finding]:

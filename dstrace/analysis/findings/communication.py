@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dstrace.analysis.findings.host import host_bound_ranks
 from dstrace.analysis.findings.inputs import FindingInputs, finding
-from dstrace.analysis.model import Finding, RankSummary
+from dstrace.analysis.results import Finding, RankReport
 from dstrace.units import gbps, ms, percent, percent_range, size
 
 DOCS = {
@@ -44,13 +44,13 @@ DDP_TRIGGERS = ("DistributedDataParallel.forward",)
 """Iteration triggers whose presence in a rank's manifest says its model is wrapped in torch DDP."""
 
 
-def _exposed_transfer(s: RankSummary) -> float:
+def _exposed_transfer(s: RankReport) -> float:
     """Exposed communication less the time spent waiting for peers, and less the time of calls whose split is
     withheld (any of it may be waiting): what is surely transfer, at most."""
     return max(s.exposed_comm_us - s.wait_us - s.unsplit_us, 0.0)
 
 
-def _split_comm(s: RankSummary) -> float:
+def _split_comm(s: RankReport) -> float:
     """Collective time whose wait/transfer split was measured."""
     return max(s.comm_us - s.unsplit_us, 0.0)
 
@@ -68,7 +68,7 @@ def communication_bound(inputs: FindingInputs) -> Finding | None:
             "span_us": s.span_us, "exposed_comm_us": s.exposed_comm_us, "wait_us": s.wait_us,
             "unsplit_us": s.unsplit_us, "exposed_transfer_us": _exposed_transfer(s),
             "exposed_fraction": _exposed_transfer(s) / s.span_us, "comm_us": s.busy_us.get("communication", 0.0),
-            "hta_comm_comp_overlap_pct": s.hta.get("comm_comp_overlap_pct"),
+            "hta_comm_comp_overlap_pct": s.hta.comm_comp_overlap_pct,
             "by_kind_us": {k: c.kernel_us for k, c in kinds},
         }
     fractions = [e["exposed_fraction"] for e in evidence.values()]
@@ -132,7 +132,7 @@ def waiting_for_peers(inputs: FindingInputs) -> Finding | None:
     }
     host_bound = host_bound_ranks(inputs)
 
-    def waits(r: int, s: RankSummary) -> str:
+    def waits(r: int, s: RankReport) -> str:
         of = "its collective time" if not s.unsplit_us else "its collective time with a measured split"
         return f"rank {r} waits {ms(s.wait_us)} ({percent(s.wait_us / _split_comm(s))} of {of})"
 

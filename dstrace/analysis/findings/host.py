@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from dstrace.analysis.findings.inputs import FindingInputs, Mechanisms, finding, items
-from dstrace.analysis.model import Finding, RankSummary
+from dstrace.analysis.results import Finding, RankReport
 from dstrace.units import ms, percent
 
 DOCS = {"host-bound": "docs/analysis-schema.md#findings"}
@@ -44,14 +44,14 @@ LAUNCH_CALLS = re.compile(r"^(?:cudaLaunchKernel|cuLaunchKernel|cudaLaunchKernel
 
 def host_wait_share(host_time: dict) -> float | None:
     """Share of the GPU's own idle time (`host_during_idle`) spent waiting for the host to launch the next
-    kernel; None when the rank has no idle time or its summary predates the measure."""
+    kernel; None when the rank has no idle time or its reduction holds no such measure."""
     idle, wait = host_time.get("gpu_idle_us"), host_time.get("host_wait_us")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (idle, wait)) or not idle > 0:
         return None
     return min(max(wait / idle, 0.0), 1.0)
 
 
-def host_bound_ranks(inputs: FindingInputs) -> dict[int, tuple[RankSummary, float]]:
+def host_bound_ranks(inputs: FindingInputs) -> dict[int, tuple[RankReport, float]]:
     """The GPU ranks idle at least HOST_BOUND_IDLE_FRACTION of their span, mostly waiting for their host: rank ->
     (its summary, its host wait share)."""
     if inputs.device != "gpu":
@@ -176,7 +176,7 @@ def host_bound(inputs: FindingInputs) -> Finding | None:
     for r, (s, share) in sorted(hit.items()):
         evidence[str(r)] = {"span_us": s.span_us, "gpu_idle_us": s.idle_us, "idle_fraction": s.idle_us / s.span_us,
                             "host_wait_us": s.host_time.get("host_wait_us"), "host_wait_share_of_idle": share,
-                            "hta_idle_causes_summed_over_streams_us": s.hta.get("idle_causes_us"),
+                            "hta_idle_causes_summed_over_streams_us": s.hta.idle_causes_us,
                             "host_during_gpu_idle": s.host_time,
                             "causes_us": {k: v[0] for k, v in idle_causes(s.host_time, mech).items()}}
     order = sorted(hit, key=lambda r: (-hit[r][0].idle_us / hit[r][0].span_us, r))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import Finding, RankReport, StepSummary
 
 
 @dataclass(frozen=True)
@@ -21,13 +22,13 @@ class Mechanisms:
 class FindingInputs:
     """The one argument of every finding's check: `check(inputs) -> Finding | None`."""
     run: LoadedRun
-    ranks: dict[int, RankSummary]  # the ranks whose span supports shares: a span too bare to split supports no finding
+    ranks: dict[int, RankReport]  # the ranks whose span supports shares: a span too bare to split supports no finding
     steps: StepSummary | None
     device: str  # `LoadedRun.device`: "gpu", "cpu", "host-only" or "none"
     mechanisms: Mechanisms
 
     @classmethod
-    def of(cls, run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> FindingInputs:
+    def of(cls, run: LoadedRun, ranks: dict[int, RankReport], steps: StepSummary | None) -> FindingInputs:
         ranks = {r: s for r, s in ranks.items() if not s.sparse}
         return cls(run, ranks, steps, run.device, mechanisms(run, ranks, steps))
 
@@ -46,7 +47,7 @@ def as_int(value) -> int | None:
 
 
 def items(host_time: dict, key: str) -> dict[str, float]:
-    """One of `host.host_during_idle`'s name -> us maps, numbers only (a summary file is untrusted)."""
+    """One of `host.host_during_idle`'s name -> us maps, numbers only (a kept reduction is untrusted)."""
     found = host_time.get(key)
     return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
         if isinstance(found, dict) else {}
@@ -65,7 +66,7 @@ def _zero_stage(config) -> int | None:
     return as_int(zero.get("stage")) if isinstance(zero, dict) else None
 
 
-def mechanisms(run: LoadedRun, ranks: dict[int, RankSummary], steps: StepSummary | None) -> Mechanisms:
+def mechanisms(run: LoadedRun, ranks: dict[int, RankReport], steps: StepSummary | None) -> Mechanisms:
     manifests = run.manifests.values()
     zero3 = (any(m.inventory is not None and m.inventory.zero3_partitioned for m in manifests)
              or any(_zero_stage(c.config) == 3 for m in manifests for c in m.deepspeed_calls)

@@ -8,7 +8,9 @@ import statistics
 from dataclasses import dataclass
 
 from dstrace.analysis.findings.inputs import FindingInputs, as_int, finding
-from dstrace.analysis.model import Finding, LoadedRun, RankSummary, StepSummary
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import Finding, RankReport, StepSummary
+from dstrace.runfolder.records import error_line
 from dstrace.units import ms, percent, ratio, size, step_ms
 
 DOCS = {
@@ -38,16 +40,6 @@ SPLIT_REMEDY = ("to split the computation, use `deepspeed.init_inference(model, 
                 "activations; all ranks of a TP group must get the same input), a HF `device_map` in one process "
                 "(layers spread over the GPUs), or transformers' `from_pretrained(..., tp_plan=\"auto\")` under "
                 "torchrun; `dstrace compare` of these configurations measures each")
-
-
-def error_line(error: dict | None, limit: int = 200) -> str:
-    """An exception as one line: `Type: first lines of the message`, without pydantic's help links."""
-    if not error:
-        return ""
-    lines = [x.strip() for x in str(error.get("message", "")).splitlines()
-             if x.strip() and not x.strip().startswith("For further information")]
-    text = f"{error.get('type', 'error')}: " + " / ".join(lines)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def version(run: LoadedRun, package: str) -> str | None:
@@ -157,7 +149,7 @@ def _fsdp_run(run: LoadedRun) -> bool:
     return any(i.fsdp_sharded for i in invs) and not any(i.zero3_partitioned for i in invs)
 
 
-def _gather_per_step(ranks: dict[int, RankSummary], steps: StepSummary) -> dict[str, float] | None:
+def _gather_per_step(ranks: dict[int, RankReport], steps: StepSummary) -> dict[str, float] | None:
     """Median over ranks of the traced AllGather transfer and peer wait per traced step."""
     transfer, wait = [], []
     for r, s in ranks.items():

@@ -6,7 +6,8 @@ import statistics
 from collections import Counter
 
 from dstrace.analysis.findings.inputs import FindingInputs, finding
-from dstrace.analysis.model import Finding, LoadedRun
+from dstrace.analysis.loaded import LoadedRun
+from dstrace.analysis.results import Finding
 from dstrace.analysis.shift import (
     SHIFT_RATIO, UNREPRESENTATIVE_RATIO, Shift, apart, call_shifts, level_ms, median_or_none, profiler_cost,
     window_place, window_steps,

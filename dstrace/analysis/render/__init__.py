@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from dstrace.analysis.render.terminal import Screen
 
 if TYPE_CHECKING:  # the model imports pandas: a kept report is printed without it (`report_cache`)
-    from dstrace.analysis.model import Analysis
+    from dstrace.analysis.results import Analysis
 
 
 def render(analysis: Analysis, fmt: str, screen: Screen | None = None) -> str:

@@ -1,7 +1,7 @@
 """The tables and lines shared by the text, markdown and html renderers (their numbers written by `dstrace.units`)."""
 from __future__ import annotations
 
-from dstrace.analysis.model import Analysis, Finding
+from dstrace.analysis.results import SPAN_PARTS, Analysis, Finding, shares, span_parts
 from dstrace.analysis.steps import MANIFEST_COVERS
 from dstrace.rankset import ranges, ranks_text
 from dstrace.units import gbps, ms, size, step_ms
@@ -39,9 +39,6 @@ def ranks_line(a: Analysis) -> str:
     missing = a.missing_ranks
     return line + (f", missing {ranks_text(missing)} ({len(missing)} of {a.world_size} ranks)" if missing else "")
 
-
-SPAN_PARTS = ("compute", "transfer", "wait for peers", "split withheld", "other busy", "idle")
-"""The parts of a rank's span, exclusive, in the order the tables and bars show them."""
 
 LEGEND = (
     ("span", "first to last kernel on the rank's GPU(s) in the profiled window (traces without GPU kernels: "
@@ -147,30 +144,6 @@ def evidence_line(f: Finding) -> str | None:
                 items, prefix = plain(first.items()), f"{key} {next(iter(table))}: "
                 break
     return prefix + ", ".join(f"{k} {fmt(v)}" for k, v in items) if items else None
-
-
-def span_parts(s) -> dict[str, float]:
-    """A rank's span split into SPAN_PARTS (us): the exposed collective time splits into wait (first) and
-    transfer, so that waiting never reads as communicating; the parts sum to the span."""
-    exposed = max(s.exposed_comm_us, 0.0)
-    wait = min(s.wait_us, exposed)
-    withheld = min(s.unsplit_us, exposed - wait)
-    compute = s.busy_us.get("compute", 0.0)
-    other = max(s.span_us - s.idle_us - compute - exposed, 0.0)
-    return {"compute": compute, "transfer": exposed - wait - withheld, "wait for peers": wait,
-            "split withheld": withheld, "other busy": other, "idle": max(s.span_us - compute - exposed - other, 0.0)}
-
-
-def shares(parts: dict[str, float]) -> dict[str, int]:
-    """Whole percentages that add up to exactly 100 (largest remainder), so a table's shares do."""
-    total = sum(parts.values())
-    if total <= 0:
-        return {k: 0 for k in parts}
-    exact = {k: 100 * v / total for k, v in parts.items()}
-    out = {k: int(v) for k, v in exact.items()}
-    for k in sorted(exact, key=lambda k: exact[k] - out[k], reverse=True)[: 100 - sum(out.values())]:
-        out[k] += 1
-    return out
 
 
 def rank_rows(a: Analysis, parts_shown: tuple[str, ...] = SPAN_PARTS) -> tuple[list[str], list[list[str]]]:

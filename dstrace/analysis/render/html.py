@@ -7,10 +7,10 @@ from __future__ import annotations
 import html
 import re
 
-from dstrace.analysis.model import Analysis
+from dstrace.analysis.results import SPAN_PARTS, Analysis, span_parts
 from dstrace.explain import doc_link
 from dstrace.analysis.render.common import (
-    SPAN_PARTS, collective_rows, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of, span_parts,
+    collective_rows, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of,
     shown_parts, step_time_line, steps_line, used_terms,
 )
 from dstrace.units import ms, percent, step_ms

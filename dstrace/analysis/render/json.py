@@ -6,7 +6,7 @@ import functools
 import json
 import math
 
-from dstrace.analysis.model import Analysis
+from dstrace.analysis.results import Analysis
 
 SCHEMA = "dstrace.analysis/1"
 
@@ -45,13 +45,14 @@ def to_dict(a: Analysis) -> dict:
     ranks = {}
     for r, s in sorted(a.ranks.items()):
         ranks[str(r)] = {
-            "file": s.file, "host": s.host, "span_us": s.span_us, "idle_us": s.idle_us, "busy_us": s.busy_us,
+            "file": s.file, "read_from": s.read_from, "host": s.host, "span_us": s.span_us, "idle_us": s.idle_us,
+            "busy_us": s.busy_us,
             "exposed_comm_us": s.exposed_comm_us, "comm_libraries_us": dict(sorted(s.comm_libraries_us.items())),
             "collectives": {k: _flat(c) for k, c in sorted(s.collectives.items())},
             "comm_us": s.comm_us, "wait_us": s.wait_us, "unsplit_us": s.unsplit_us,
             "waited_for_us": {str(p): w for p, w in sorted(s.waited_for.items())},
             "late_count": s.late_count, "caused_wait_us": s.caused_wait_us,
-            "devices": s.devices, "hta": s.hta, "host_during_gpu_idle": s.host_time,
+            "devices": s.devices, "hta": s.hta.to_json(), "host_during_gpu_idle": s.host_time,
         }
     steps = None
     if a.steps is not None:

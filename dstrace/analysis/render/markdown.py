@@ -1,7 +1,7 @@
 """Markdown to paste into a GitHub issue: findings, tables, and the facts about the traces."""
 from __future__ import annotations
 
-from dstrace.analysis.model import Analysis
+from dstrace.analysis.results import Analysis
 from dstrace.explain import doc_link
 from dstrace.say import md_inline
 from dstrace.analysis.render.common import (

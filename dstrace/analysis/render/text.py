@@ -8,7 +8,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from dstrace.analysis.model import Analysis, Finding
+from dstrace.analysis.results import Analysis, Finding, HtaTemporal
 from dstrace.analysis.render.common import (
     collective_rows, evidence_line, finding_details, legend, library_rows, rank_rows, ranks_line, ranks_of,
     shown_parts, step_time_line, steps_line, time_scope, used_terms,
@@ -124,15 +124,15 @@ def _finding(console, f: Finding, cap: int | None) -> bool:
 def _hta_lines(a: Analysis) -> list[str]:
     out = []
     for r, s in sorted(a.ranks.items()):
-        t = s.hta.get("temporal")
+        t = s.hta.temporal
         if t and s.sparse:
             out.append(f"rank {r}: HTA's shares left out: {s.sparse}, too little to split (as in the table above)")
         elif t:
-            causes = ", ".join(f"{k} {ms(v)}" for k, v in (s.hta.get("idle_causes_us") or {}).items())
-            overlap = s.hta.get("comm_comp_overlap_pct")
-            out.append(f"rank {r}: HTA's own idle {_hta_pct(t['idle_pct'])}, compute {_hta_pct(t['compute_pct'])}"
-                       + _communication_in_compute(t) + f", non-compute {_hta_pct(t['non_compute_pct'])}"
-                       + (f", comm/compute overlap {_hta_pct(overlap)}" if overlap is not None else "")
+            causes = ", ".join(f"{k} {ms(v)}" for k, v in (s.hta.idle_causes_us or {}).items())
+            overlap = s.hta.comm_comp_overlap_pct
+            out.append(f"rank {r}: HTA's own idle {_hta_pct(t.idle_pct)}, compute {_hta_pct(t.compute_pct)}"
+                       + _communication_in_compute(t) + f", non-compute {_hta_pct(t.non_compute_pct)}"
+                       + (f", comm/compute overlap {_hta_pct(overlap)}" if overlap is not None and overlap == overlap else "")
                        + (f"; HTA's idle causes (summed over streams, not a share of the GPU's idle): {causes}"
                           if causes else ""))
         where = s.host_time.get("in_dstrace_ranges") or {}
@@ -220,11 +220,11 @@ def _hta_pct(value: float) -> str:
     return f"{value:.1f}%"
 
 
-def _communication_in_compute(temporal: dict) -> str:
+def _communication_in_compute(temporal: HtaTemporal) -> str:
     """What of HTA's compute is communication dstrace recognised (DeepEP, custom all-reduce...), which HTA
     types as computation: said next to HTA's compute share, never left for a reader to take as compute."""
-    typed = temporal.get("communication_in_compute_us") or {}
-    span = temporal.get("span_us") or 0.0
+    typed = temporal.communication_in_compute_us
+    span = temporal.span_us or 0.0
     if not typed or not span > 0:
         return ""
     parts = " and ".join(f"{ms(t)} of {lib} communication kernels ({percent(t / span, 1)} of the span)"
