@@ -157,7 +157,7 @@ SETS = (
     CorpusSet("tracelens-sglang-decode", (TL + "inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz",),
               # 463 ms of the 464 ms GPU idle is one host hipMemcpyWithStream (aten::copy_, 256 B device to host)
               Expect(device="gpu", world_size=1, ranks_found=(0,), steps=0, collectives={}, idle_pct=97.9,
-                     says=("463.0 ms of the GPU's 464.0 ms idle time overlaps host hipMemcpyWithStream calls",))),
+                     says=("463.03 ms of the GPU's 463.98 ms idle time overlaps host hipMemcpyWithStream calls",))),
     CorpusSet("tracelens-sglang-graph-capture", (TL + "inference/sglang_decode/capture_traces/bs_32_rank0.json.gz",),
               Expect(device="gpu", world_size=1, ranks_found=(0,), steps=1, collectives={},
                      says=("HTA's shares left out",), never_says=("HTA's own idle",))),
