@@ -12,8 +12,8 @@ import time
 
 from dstrace.recording.launcher import TERM_GRACE_S
 from dstrace.recording.session import WRITING_NOTE
-from tests.fixtures.paths import ROOT, SCRIPTS
-from tests.fixtures.processes import cpu_env, dstrace, free_port, start_dstrace, tool, torchrun
+from tests.fixtures.paths import SCRIPTS
+from tests.fixtures.processes import dstrace, free_port, start_dstrace, tool, torchrun
 from tests.fixtures.runs import manifests, read_json, trace_paths
 from tests.fixtures.traces import read_trace
 
@@ -374,18 +374,10 @@ def test_ctrl_c_pressed_four_times_while_ranks_write_keeps_every_trace_or_says_w
         time.sleep(0.002)
     _ctrl_c_pressed(proc, 4, 0.025)
     out, err = proc.communicate(timeout=300)
-    alone = subprocess.Popen(_torchrun(*job), env=cpu_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, start_new_session=True, text=True)
-    done = 0
-    while done < 2:  # both ranks running Python, as the recorded ones were (before that torchrun dies of the signal)
-        line = alone.stdout.readline()
-        assert line, "torchrun ended before its ranks ran"
-        done += line.startswith("loop done on rank")
-    _ctrl_c_pressed(alone, 4, 0.025)
-    alone.stdout.close()
-    code = alone.wait(timeout=300)
-    shell = 128 - code if code < 0 else code  # torchrun ended by the signal, or with its own exit code: as a shell sees it
-    assert proc.returncode == shell == read_json(os.path.join(run_dir, "run.json"))["exit_code"], err[-3000:]
+    # torchrun alone, under such a burst, exits 1 (its SignalException) or dies of the SIGINT (130), as the
+    # burst meets it: dstrace passes on whichever it was
+    assert proc.returncode in (1, 128 + signal.SIGINT), err[-3000:]
+    assert proc.returncode == read_json(os.path.join(run_dir, "run.json"))["exit_code"]
     ms = manifests(run_dir)
     assert sorted(ms) == [0, 1], err[-3000:]
     for rank, m in ms.items():
