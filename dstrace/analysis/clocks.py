@@ -91,13 +91,24 @@ def apply_offsets(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> pd.Dat
     """Shift ts/end/host_ts of ranks whose offset is applied, then record each rank's residual and the
     median length of the calls it was measured on (per call, the longer of the two ranks' durations)."""
     coll = coll.copy(deep=False)  # the shifted columns are replaced, not written into
-    shift = coll["rank"].map({r: (o.offset_us if o.applied else 0.0) for r, o in offsets.items()}).fillna(0.0)
+    shift = _by_rank(coll["rank"], {r: (o.offset_us if o.applied else 0.0) for r, o in offsets.items()})
     for col in ("ts", "end", "host_ts"):
         coll[col] = coll[col] - shift
     if coll.empty:
         return coll
     _record_residuals(coll, offsets)
     return coll
+
+
+def _by_rank(rank: pd.Series, values: dict[int, float]) -> np.ndarray:
+    """Each call's value of its rank (0.0 for a rank without one or with NaN: `map(values).fillna(0.0)`), looked
+    up in an array indexed by rank (ranks are 0 <= rank < MAX_WORLD) rather than through an index of the ranks."""
+    ranks = rank.to_numpy().astype(np.int64, copy=False)
+    table = np.zeros(int(ranks.max()) + 1 if len(ranks) else 0)
+    for r, v in values.items():
+        if 0 <= r < len(table):
+            table[r] = v
+    return np.nan_to_num(table, nan=0.0, posinf=np.inf, neginf=-np.inf)[ranks]
 
 
 def _record_residuals(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> None:
@@ -126,7 +137,7 @@ def refuse_unsupported(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> t
             f"their ends still differ by {o.residual_us:.1f} us (median), more than the shift itself: these "
             "collectives do not align the clocks, so the times of each rank stay on its own clock")
     coll = coll.copy(deep=False)
-    shift = coll["rank"].map({r: refused[r].offset_us for r in refused}).fillna(0.0)
+    shift = _by_rank(coll["rank"], {r: refused[r].offset_us for r in refused})
     for col in ("ts", "end", "host_ts"):
         coll[col] = coll[col] + shift
     for r in refused.values():
@@ -140,23 +151,34 @@ def _residuals(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> tuple[dic
     corrected clocks of both: the median |end difference| and the median of the longer duration; and the
     ranks that hold any call. One lookup over all ranks on an integer (instance, rank) key, not a pass per
     rank nor a merge of two frames of every call (a median does not depend on the order of its values)."""
-    rank = coll["rank"].to_numpy().astype(np.int64)
+    rank = coll["rank"].to_numpy().astype(np.int64, copy=False)
     present = set(pd.unique(rank).tolist())
     if not len(rank):
         return {}, {}, present
     width = int(rank.max()) + 1
-    pair = coll["instance"].to_numpy().astype(np.int64) * width + rank
-    first = ~pd.Series(pair).duplicated().to_numpy()  # each rank's first call of an instance
-    pair, rank = pair[first], rank[first]
-    end, dur = coll["end"].to_numpy(dtype="float64")[first], coll["dur"].to_numpy(dtype="float64")[first]
+    pair = coll["instance"].to_numpy().astype(np.int64) * width
+    pair += rank
+    end, dur = coll["end"].to_numpy(dtype="float64"), coll["dur"].to_numpy(dtype="float64")
+    # looked up in the keys sorted, not hashed: hash tables of millions of keys held 0.4 GB at 10,000 ranks
+    order = np.argsort(pair, kind="stable")
+    ordered = pair[order]
+    repeated = order[1:][ordered[1:] == ordered[:-1]]  # a rank's later calls of an instance
+    if len(repeated):  # each rank's first call of an instance (matching gives a rank one call per instance)
+        first = np.ones(len(pair), dtype=bool)
+        first[repeated] = False
+        pair, rank, end, dur = pair[first], rank[first], end[first], dur[first]
+        order = np.argsort(pair, kind="stable")
+        ordered = pair[order]
     via = {r: o.via for r, o in offsets.items() if o.via is not None and 0 <= o.via < width}
     via_of = np.full(width, -1, dtype=np.int64)
     for r, v in via.items():
         if 0 <= r < width:
             via_of[r] = v
     mine = np.flatnonzero(via_of[rank] >= 0)
-    theirs = pd.Index(pair).get_indexer(pair[mine] - rank[mine] + via_of[rank[mine]])
-    mine, theirs = mine[theirs >= 0], theirs[theirs >= 0]
+    wanted = pair[mine] - rank[mine] + via_of[rank[mine]]  # the via rank's key of the same instance
+    at = np.minimum(np.searchsorted(ordered, wanted), max(len(ordered) - 1, 0))
+    held = ordered[at] == wanted
+    mine, theirs = mine[held], order[at[held]]
     by_rank = rank[mine]
     diff = pd.Series(np.abs(end[mine] - end[theirs]))
     residual = diff.groupby(by_rank).median()[diff.groupby(by_rank).count() > 0]

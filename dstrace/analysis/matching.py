@@ -129,12 +129,13 @@ def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
     coll["step"] = assign_steps(coll, steps) if use_steps else -1
     if not in_rank_ts_order(coll):  # `collective_events` hands them over sorted: no copy of every column
         coll = coll.sort_values(["rank", "ts"], kind="stable")
-    match, expected, coll["withheld"] = _match_keys(coll, present)
-    codes, texts = pd.factorize(match, sort=True)
+    keyed, expected, coll["withheld"] = _match_keys(coll, present)
+    codes, texts = pd.factorize(keyed, sort=True)
     # grouped by three times below: as integers in the texts' order (the same groups, numbered the same), not
     # millions of texts hashed each time; a key without text (none is made) keeps the text
-    coll["match"] = codes if (codes >= 0).all() else match
+    coll["match"] = codes if (codes >= 0).all() else keyed
     text_of = (lambda m: texts[m]) if (codes >= 0).all() else (lambda m: m)
+    del keyed, codes  # in `coll` now: not held twice while it is grouped
     keys = ["match", "step"]
     coll["ordinal"] = coll.groupby(["rank"] + keys).cumcount()
     # calls per (key, step, rank), long: a (key, step) x rank table is 0.3 GB at 10,000 ranks of 1,250 groups
@@ -150,10 +151,13 @@ def match_collectives(coll: pd.DataFrame, steps: pd.DataFrame | None = None,
         warnings.append(f"{what}{where} ({detail}); matched in order, the extra calls' wait/transfer split "
                         "is withheld")
     coll["instance"] = coll.groupby(keys + ["ordinal"]).ngroup()
-    members = coll.groupby("instance")["rank"].transform("nunique")
+    # how many ranks took part in each instance: its calls, one per rank (a rank's calls of one key and step
+    # have distinct ordinals), counted without `nunique`'s sorted copies of every call
+    instance = coll["instance"].to_numpy()
+    members = pd.Series(np.bincount(instance)[instance], index=coll.index)
     short = coll["withheld"].isna() & (members < expected)
     lacking = {g: ranks is None or bool(ranks) for g, ranks in absent_members(coll, present).items()}
     absent = _group_lacks(coll["group"], lacking) & ~coll["kind"].isin(P2P_KINDS)
     coll.loc[short & absent, "withheld"] = GROUP_ABSENT
     coll.loc[short & coll["withheld"].isna(), "withheld"] = UNMATCHED
-    return coll.drop(columns=["match"]), warnings
+    return coll.drop(columns=["match", "ordinal"]), warnings  # 30 MB each at 10,000 ranks, read by nothing after

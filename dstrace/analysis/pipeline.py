@@ -5,7 +5,7 @@ import os
 
 import pandas as pd
 
-from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, peer_wait, steps as steps_mod,
+from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, parallel, peer_wait, steps as steps_mod,
                               utilization)
 from dstrace.analysis.loaded import LoadedRun
 from dstrace.analysis.results import Analysis, HtaBreakdown, RankReport, StepSeries
@@ -56,8 +56,10 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
 
     hta, hta_warnings = hta_breakdown.hta_breakdowns(run)
     warnings.extend(hta_warnings)
+    parallel.release_freed_memory()
     stats = collectives.collective_stats(coll, windows)
     notes.extend(collectives.window_notes(coll, windows))
+    parallel.release_freed_memory()
     waits = peer_wait.waits_by_rank(coll, windows)
 
     summaries: dict[int, RankReport] = {}
@@ -224,6 +226,6 @@ def _waits_over_time(coll: pd.DataFrame) -> pd.DataFrame:
     if not len(coll):
         return pd.DataFrame(columns=["rank", "kind", "ts_ms", "wait_us"])
     t0 = float(coll["ts"].min())
-    split = coll[coll["split"].astype(bool)]
+    split = coll.loc[coll["split"].astype(bool), ["rank", "kind", "ts", "wait_us"]]
     return pd.DataFrame({"rank": split["rank"], "kind": split["kind"], "ts_ms": (split["ts"] - t0) / 1e3,
                          "wait_us": split["wait_us"]})
