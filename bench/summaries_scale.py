@@ -7,6 +7,10 @@ host, one late rank, no traces.
     python bench/summaries_scale.py --world 1024 --repeats 3
     python bench/summaries_scale.py --world 256 --against /tmp/old-checkout   # old vs new, alternating
     python bench/summaries_scale.py --world 10000 --repeats 1 --record analysis/bench-scale.json
+    python bench/summaries_scale.py --world 10000 --keep /tmp/k10k   # written once, analyzed again next time
+
+It exits non-zero when the reports differ (`--against`) or this checkout's median peak memory is over
+`--peak-limit` (2e9 bytes: issue #29's target, which holds whatever the load).
 
 Each checkout writes the run with its own generator (the file format may differ between them), into its
 own folder. Each analysis is a fresh `python -m dstrace.cli analyze` (kept report removed first); its wall
@@ -29,6 +33,9 @@ import sys
 import tempfile
 import time
 
+PEAK_LIMIT_BYTES = 2e9
+"""Issue #29: 10,000 ranks analyzed from kept reductions in under 2 GB. Peak memory does not depend on the machine's
+load (unlike the times), so the bench holds every run to it."""
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_NOTES = re.compile(r'^\s*"(?:read from the \d+ rank summaries|ranks? [\d, -]+ read from (?:their|its) kept reductions?'
                           r'|[a-z0-9-]+: (?:full traces in|its ranks\' traces, not in|its rank\'s trace, not in) '
@@ -106,6 +113,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes writing the run")
     ap.add_argument("--record", metavar="FILE", help="add this measurement to a JSON list in FILE")
     ap.add_argument("--keep", metavar="DIR", help="write the run to DIR and keep it (default: a temporary folder)")
+    ap.add_argument("--peak-limit", type=float, default=PEAK_LIMIT_BYTES, metavar="BYTES",
+                    help="exit non-zero when this checkout's median peak memory is above it (default: 2e9, "
+                         "issue #29's target; 0: no limit)")
     args = ap.parse_args()
 
     base = args.keep or tempfile.mkdtemp(prefix="dstrace-scale-")
@@ -128,7 +138,8 @@ def main() -> None:
                   "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 1),
                   "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "command": "python bench/summaries_scale.py " + " ".join(sys.argv[1:]),
-                  "write_s": round(wrote, 1)} | {name: summary(r) for name, r in runs.items()}
+                  "write_s": round(wrote, 1), "peak_limit_bytes": args.peak_limit} | {
+                      name: summary(r) for name, r in runs.items()}
         if args.against:
             differs = same_reports(os.path.join(reports, "new.json"), folders["new"],
                                    os.path.join(reports, "old.json"), folders["old"])
@@ -145,7 +156,10 @@ def main() -> None:
             with open(args.record, "w") as f:
                 json.dump(kept + [result], f, indent=1)
                 f.write("\n")
-        if args.against and not result["reports_identical"]:
+        over = bool(args.peak_limit) and result["new"]["peak_rss_mib"] * 2**20 > args.peak_limit
+        if over:
+            print(f"PEAK OVER LIMIT: {result['new']['peak_rss_mib']:.0f} MiB is more than {args.peak_limit:.3g} bytes")
+        if (args.against and not result["reports_identical"]) or over:
             sys.exit(1)
     finally:
         shutil.rmtree(reports, ignore_errors=True)

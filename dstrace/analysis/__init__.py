@@ -16,13 +16,17 @@ def load_and_analyze(run_dir, clock_policy: str = "auto", workers: int | None = 
     answers for it or stands alone) loaded and analyzed. `run_dir`: the folder's path, or its `RunFolder` when
     the caller has listed it. `progress(message)` hears what is being read (default: stderr)."""
     from dstrace.analysis.loading import load_run
+    from dstrace.analysis.parallel import release_freed_memory
     from dstrace.analysis.pipeline import analyze
 
     progress = progress or say
     run = load_run(run_dir, progress=progress, workers=workers)
     progress(f"analyzing {len(run.traces)} rank{'' if len(run.traces) == 1 else 's'}: breakdowns, collectives, "
              "cross-rank alignment")
-    return analyze(run, clock_policy=clock_policy)
+    analysis = analyze(run, clock_policy=clock_policy)
+    del run
+    release_freed_memory()  # the run's tables, before the report is rendered
+    return analysis
 
 
 def report_of(run_dir: str, fmt: str, clock_policy: str = "auto", workers: int | None = None,

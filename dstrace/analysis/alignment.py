@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dstrace.analysis.parallel import release_freed_memory
 from dstrace.analysis.clocks import apply_offsets, estimate_clock_offsets, refuse_unsupported
 from dstrace.analysis.matching import match_collectives
 from dstrace.analysis.results import ClockOffset
@@ -18,16 +17,13 @@ def align(coll: pd.DataFrame, steps: pd.DataFrame | None, hosts: dict[int, str |
     """Match, estimate and apply clock offsets, split waits: the whole cross-rank pass. `hosts` names every
     rank with a trace; `withhold_all`, when given, is why no call gets a split. The warnings are the
     matching's; why splits are withheld is said over the analysed span (`peer_wait.withheld_warnings`)."""
-    release_freed_memory()
     coll, warnings = match_collectives(coll, steps, hosts)
-    release_freed_memory()
     offsets = estimate_clock_offsets(coll, hosts, policy)
     # each step returns a new frame: rebinding `coll` lets the one before go (millions of calls at 10,000 ranks)
     coll = apply_offsets(coll, offsets)
     coll, refused = refuse_unsupported(coll, offsets)
     warnings = warnings + refused
     coll = withhold(coll, offsets, withhold_all)
-    release_freed_memory()
     return split_wait(coll), offsets, warnings
 
 

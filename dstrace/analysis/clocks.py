@@ -176,9 +176,12 @@ def _residuals(coll: pd.DataFrame, offsets: dict[int, ClockOffset]) -> tuple[dic
             via_of[r] = v
     mine = np.flatnonzero(via_of[rank] >= 0)
     wanted = pair[mine] - rank[mine] + via_of[rank[mine]]  # the via rank's key of the same instance
+    del pair  # each of these a column of every call (30 MB at 10,000 ranks): let go as soon as used
     at = np.minimum(np.searchsorted(ordered, wanted), max(len(ordered) - 1, 0))
     held = ordered[at] == wanted
+    del ordered, wanted
     mine, theirs = mine[held], order[at[held]]
+    del order, at, held
     by_rank = rank[mine]
     diff = pd.Series(np.abs(end[mine] - end[theirs]))
     residual = diff.groupby(by_rank).median()[diff.groupby(by_rank).count() > 0]

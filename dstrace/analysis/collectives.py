@@ -78,7 +78,9 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
         df["group_size"] = df["group_size"].fillna(df["group_ranks"].map(len))
     df["group_size"] = df["group_size"].astype("int64")
     df["p2p_peer"] = pd.to_numeric(df["p2p_peer"], errors="coerce")
-    df["p2p_role"] = df["p2p_role"].where(df["p2p_role"].isin(("send", "recv")), None)
+    roles = df["p2p_role"]
+    if roles.dtype != object or not set(pd.unique(roles.to_numpy())) <= {None, "send", "recv"}:
+        df["p2p_role"] = roles.where(roles.isin(("send", "recv")), None)  # else as it is, not a copy of it
     if not in_rank_ts_order(df):  # ranks come in order, each its calls by start: no sorted copy of them all
         df = df.sort_values(["rank", "ts"], kind="stable")
     return df.reset_index(drop=True)[COLUMNS]

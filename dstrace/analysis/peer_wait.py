@@ -60,10 +60,13 @@ def split_wait(coll: pd.DataFrame) -> pd.DataFrame:
     peers = grp["rank"].transform("size") - 1
     last_idx = coll.loc[grp["ts"].idxmax(), ["instance", "rank"]].set_index("instance")["rank"]
     wait = np.clip(last_start - coll["ts"], 0.0, coll["dur"]).where(peers > 0, 0.0)
+    del grp, last_start  # each a column of every call (30 MB at 10,000 ranks): let go as soon as used
     coll["wait_us"] = wait.where(ok)
+    del wait
     coll["transfer_us"] = coll["dur"] - coll["wait_us"]
     last_rank = coll["instance"].map(last_idx)
     waited = ok & (peers > 0) & (last_rank != coll["rank"])
+    del peers
     coll["waited_for"] = np.where(waited, last_rank, -1).astype("int64", copy=False)
     coll["split"] = ok
     return coll

@@ -59,7 +59,6 @@ def analyze(run: LoadedRun, clock_policy: str = "auto") -> Analysis:
     parallel.release_freed_memory()
     stats = collectives.collective_stats(coll, windows)
     notes.extend(collectives.window_notes(coll, windows))
-    parallel.release_freed_memory()
     waits = peer_wait.waits_by_rank(coll, windows)
 
     summaries: dict[int, RankReport] = {}
