@@ -121,14 +121,16 @@ def in_windows(coll: pd.DataFrame, windows: dict[int, tuple[float, float]] | Non
     lo = coll["rank"].map(bounds.set_index("rank")["lo"]).fillna(-np.inf)
     hi = coll["rank"].map(bounds.set_index("rank")["hi"]).fillna(np.inf)
     inside = (coll["ts"] >= lo) & (coll["ts"] <= hi)
-    coll = coll[inside].copy()
+    # the columns cut are replaced, none written into: the other columns stay the caller's (every call's
+    # columns copied was 0.8 GB at 10,000 ranks, twice: taken, then copied again)
+    coll = (coll if inside.all() else coll[inside]).copy(deep=False)
     hi = hi[inside]
     cut = coll["end"] > hi
     coll["dur"] = coll["dur"].where(~cut, hi - coll["ts"])  # the others' unchanged, to the bit
     coll["end"] = coll["end"].where(~cut, hi)
     if "wait_us" in coll and cut.any():
-        coll.loc[cut, "wait_us"] = np.minimum(coll.loc[cut, "wait_us"], coll.loc[cut, "dur"])
-        coll.loc[cut, "transfer_us"] = coll.loc[cut, "dur"] - coll.loc[cut, "wait_us"]
+        coll["wait_us"] = coll["wait_us"].where(~cut, np.minimum(coll["wait_us"], coll["dur"]))
+        coll["transfer_us"] = coll["transfer_us"].where(~cut, coll["dur"] - coll["wait_us"])
     return coll
 
 
