@@ -113,7 +113,7 @@ LOWEST_STAMP := $(LOWEST)/.installed
 ANALYSIS_TESTS := tests/corpus tests/analysis --ignore=tests/analysis/test_recorded_run.py \
 	--ignore=tests/analysis/test_reports_unchanged.py
 # The uncapped analysis dependencies whose newest release `make test` must run against (HTA is capped <0.6).
-NEWEST := pandas numpy msgspec isal xxhash rich
+NEWEST := pandas numpy pyarrow msgspec isal xxhash rich
 
 $(LOWEST_STAMP): pyproject.toml constraints/lowest.txt
 	rm -rf $(LOWEST)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from dstrace.errors import UserError
 from dstrace.rankset import ranks_text
+from dstrace.runfolder.files import OutputRefused, make_output_folder
 from dstrace.runfolder.names import RUN_FILE, node_record_path, rank_in_name, reduction_name, safe_name
 from dstrace.runfolder.records import RUN_SCHEMA, RankStatus, RunRecord, to_json, write_json_atomic
 from dstrace.say import say
@@ -111,16 +112,10 @@ def output_folder(output: str | None, share: Share) -> str:
         from dstrace.recording.launcher import claim_new_dir, default_run_dir
 
         return claim_new_dir(default_run_dir(["reduce"]))
-    path = os.path.abspath(output)
-    if os.path.islink(path):
-        raise UserError(f"{path} is a link: dstrace writes no run folder through one; give the folder itself")
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise UserError(f"{path} is there and is not a folder: choose another -o")
     try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot make the run folder {path} ({e.strerror or e}); choose another -o") from None
-    return path
+        return make_output_folder(output, "choose another -o")
+    except OutputRefused as e:
+        raise UserError(str(e)) from None
 
 
 @dataclass
