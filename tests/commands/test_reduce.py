@@ -1,6 +1,7 @@
 """`dstrace reduce` on public traces nobody here recorded: the run folder it writes is analyzed, without the traces,
-to the report the traces themselves give; several real processes under torchrun split the traces between them;
-bad input costs one line and writes nothing outside the run folder."""
+to the report the traces themselves give; several real processes under torchrun, and under the real srun of a
+two-node SLURM cluster on this host, split the traces between them; bad input costs one line and writes nothing
+outside the run folder."""
 from __future__ import annotations
 
 import gzip
@@ -228,8 +229,8 @@ SRUN_LINE = re.compile(r"dstrace: \S+-node[01] process \d of \d: .*|srun: .*")
 """What srun passes on from its tasks: each line whole, led by the task's node and share."""
 
 
-def srun_reduce(slurm_cluster, env: dict, *args: str) -> subprocess.CompletedProcess:
-    result = slurm_cluster.srun(*args, env=env, cwd=str(ROOT))
+def srun_reduce(slurm_cluster, env: dict, *args: str, job: dict | None = None) -> subprocess.CompletedProcess:
+    result = slurm_cluster.srun(*args, env=env, cwd=str(ROOT), job=job)
     lines = result.stderr.splitlines()
     assert lines and all(SRUN_LINE.fullmatch(line) for line in lines), result.stderr[-3000:]
     return result
@@ -282,8 +283,8 @@ def test_srun_node_shares_follow_the_steps_own_layout(twins, tmp_path, slurm_clu
     run_dir = str(tmp_path / "run")
     env = env_in(tmp_path)
     script = f'exec {tool("dstrace")} reduce -o {run_dir} {tmp_path}/"$SLURMD_NODENAME"'
-    result = srun_reduce(slurm_cluster, env | {"SLURM_NTASKS_PER_NODE": "2"}, "-N", "2", "-n", "3",
-                         "bash", "-c", script)
+    result = srun_reduce(slurm_cluster, env, "-N", "2", "-n", "3", "bash", "-c", script,
+                         job={"SLURM_NTASKS_PER_NODE": "2"})
     assert result.returncode == 1, result.stderr[-3000:]
     shares = shares_of(run_dir)
     assert [len(s) for s in shares.values()] == [2, 2, 4], shares  # two tasks on the first node, one on the second
