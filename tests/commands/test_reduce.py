@@ -158,7 +158,9 @@ def test_rank_read_where_the_metadata_follows_the_events(tmp_path):
     write_trace(str(traces / "a.json.gz"), one_rank(2, events_first=True))
     write_trace(str(traces / "b.json.gz"), one_rank(3))
     run_dir = str(tmp_path / "run")
-    batch_script = env_in(tmp_path, SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2")  # no srun: a process alone
+    # a batch script's own SLURM variables (as sbatch -N 2 --ntasks-per-node 2 sets them here), no srun: alone
+    batch_script = env_in(tmp_path, SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_PROCID="0", SLURM_NTASKS="4",
+                          SLURM_NTASKS_PER_NODE="2", SLURM_TASKS_PER_NODE="2(x2)")
     result = dstrace("reduce", "-o", run_dir, str(traces), env=batch_script)
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(run_dir)) == ["rank2.a.reduction.arrow", "rank3.b.reduction.arrow", "run.json"]
