@@ -288,3 +288,30 @@ def test_a_well_formed_trace_gets_no_such_warning(small_run, tmp_path):
     r = dstrace("analyze", small_run, "--format", "json", timeout=120)
     assert r.returncode == 0
     assert not [w for w in r.stderr.splitlines() if "negative duration" in w or "overlapping" in w or "twice" in w]
+
+
+@pytest.mark.parametrize("keys", [("Collective name",), ("External id", "stream", "In msg nelems", "Out msg nelems")],
+                         ids=["collective-name", "the-others"])
+@pytest.mark.parametrize("layout", ["kineto", "one-line"])
+def test_args_keys_given_twice_are_warned_and_counted(small_run, tmp_path, layout, keys):
+    """An args key the decoder reads given twice in one event (`{"Collective name": "allgather", "Collective name":
+    "allreduce"}`) passed silently: the decoder took the last, and nobody could know which counted. Now it is
+    warned as a top-level key given twice is; each key in another event that has it, the decoy first."""
+    path = os.path.join(small_run, RANK0)
+    data = json.loads(gzip.open(path).read())
+    marks = {}
+    for key in keys:
+        i = next(i for i, e in enumerate(data["traceEvents"]) if key in e.get("args", {}) and i not in marks)
+        marks[i] = key
+        data["traceEvents"][i]["args"] = {"__twice__": key, **data["traceEvents"][i]["args"]}
+    text = kineto_layout(data) if layout == "kineto" else json.dumps(data)
+    for key in marks.values():
+        decoy = '"allgather"' if key == "Collective name" else "-1"
+        text = text.replace(f'"__twice__": "{key}"', f'"{key}": {decoy}', 1)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+    r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    warned = [line for line in r.stderr.splitlines() if RANK0 in line and "twice" in line]
+    said = f"{len(keys)} key(s) given twice in one object ({', '.join(sorted(keys))})"
+    assert len(warned) == 1 and said in warned[0], r.stderr[-3000:]
