@@ -462,6 +462,31 @@ def test_ctrl_c_pressed_four_times_at_a_plain_python_job_ends_it_as_without_dstr
     assert not [n for n in os.listdir(run_dir) if n.endswith(".json.tmp")]
 
 
+def test_ctrl_c_while_record_reduces_the_traces_leaves_the_reduction_out_and_keeps_the_jobs_code(tmp_path):
+    """The job has ended (exit 0) and `record` reduces its trace, which takes minutes for large traces: a Ctrl-C
+    then stops the reduction (it only saves `analyze` time), never the run record. Before, once the rest of a
+    burst was let go by, `record` could not be stopped there at all. Exit 0 and run.json's 0, the trace whole,
+    no kept reduction nor temporary file, a note saying why, and no process of record's left."""
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, LONG_EXPORT, "--ops", "6000", start_new_session=True)
+    for got in proc.stderr:
+        if got.startswith("dstrace: reducing "):
+            break
+    else:
+        raise AssertionError(f"record never reduced: {proc.communicate(timeout=60)}")
+    _ctrl_c_pressed(proc, 1, 0.0)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    run = read_json(os.path.join(run_dir, "run.json"))
+    assert run["exit_code"] == 0 and run["status"] == "complete", run
+    assert any("not reduced" in note for note in run["notes"]), (run, os.listdir(run_dir), err[-2000:])
+    _whole_trace(run_dir)
+    assert not [n for n in os.listdir(run_dir) if n.endswith(".reduction.arrow") or ".tmp" in n]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, 0)
+        raise AssertionError("a process of record's group is still running")
+
+
 HANDLES_CTRL_C = """
 import signal, time, torch
 m = torch.nn.Linear(8, 8)
