@@ -169,6 +169,28 @@ def test_a_kept_reduction_too_large_for_one_is_refused_unread(small_run, tmp_pat
     assert reduction_name(name) in r.stderr and json.loads(r.stdout)["ranks_found"] == [0]
 
 
+def test_a_kept_reduction_that_decompresses_to_gigabytes_is_refused_as_it_is_read(small_run, tmp_path):
+    """A 128 kB kept reduction (a zstd frame, as dstrace writes them) of 4 GiB of zeros, for a rank whose trace is
+    not in the folder: refused with one line once it has decompressed to 64 times its size, under a 3 GiB
+    address space; the other rank is analyzed."""
+    import pyarrow as pa
+
+    from dstrace.runfolder.names import reduction_name
+
+    name = sorted(n for n in os.listdir(small_run) if n.endswith(".gz"))[1]
+    os.remove(os.path.join(small_run, name))
+    zeros = bytes(64 << 20)
+    with pa.OSFile(os.path.join(small_run, reduction_name(name)), "wb") as raw, \
+            pa.CompressedOutputStream(raw, "zstd") as f:
+        for _ in range(64):
+            f.write(zeros)
+    assert os.path.getsize(os.path.join(small_run, reduction_name(name))) < 256 << 10
+    r = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", small_run, "--format", "json"],
+                       env=cpu_env(), capture_output=True, text=True, timeout=120, preexec_fn=_limited)
+    assert_one_line(r, 0, "decompresses to more than")
+    assert reduction_name(name) in r.stderr and json.loads(r.stdout)["ranks_found"] == [0]
+
+
 def _sweep(tmp_path, small_run) -> str:
     import shutil
 
