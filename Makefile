@@ -30,7 +30,7 @@ PIP_INSTALL = env -u DS_ACCELERATOR DS_BUILD_OPS=0 $(1)/python -m pip install -q
 ERA_EXTENSIONS := $(ERA)/torch-extensions
 DEMO_RUN := traces/demo/run.json
 
-.PHONY: demo demo-envs test install browser test-lowest check-newest ds-ops
+.PHONY: demo demo-envs test install browser slurm test-lowest check-newest ds-ops
 
 install: $(STAMP) $(DS_ERA_STAMP) $(ERA_STAMP)
 
@@ -90,6 +90,14 @@ demo: demo-envs
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
+# Debian's SLURM and munge for the tests that run the real srun (tests/fixtures/slurm.py starts a two-node
+# cluster on this host for the test session, as root, and stops it after; about 10 s to install, 2 s to start).
+SLURM_TOOLS := munged slurmctld slurmd srun sinfo
+slurm:
+	@(for t in $(SLURM_TOOLS); do command -v $$t || exit 1; done) >/dev/null \
+	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	      slurmd slurmctld slurm-client munge)
+
 # DeepSpeed on CPU JIT-builds its shared-memory all-reduce op (deepspeed_shm_comm) at a job's first
 # init_distributed, 5-15 min here. The tests' jobs run two releases, each with its own build folder
 # (tests/fixtures/processes.cpu_env, launch/sweeps/cpu-tiny.json): both are built here, before the tests, the way a job
@@ -101,8 +109,9 @@ ds-ops: install
 	@env DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(DS_EXTENSIONS)/deepspeed-installed $(BIN)/python -c '$(DS_OP_BUILD)' >/dev/null
 	@env DS_ACCELERATOR=cpu PYTHONPATH=$(DS_ERA) TORCH_EXTENSIONS_DIR=$(DS_EXTENSIONS)/deepspeed-0.16.1 $(BIN)/python -c '$(DS_OP_BUILD)' >/dev/null
 
-test: install browser ds-ops
-	DS_ACCELERATOR=cpu DSTRACE_DEEPSPEED_ERA=$(DS_ERA) DSTRACE_ERA_PYTHON=$(ERA)/bin/python $(BIN)/python -m pytest -q
+# DSTRACE_REQUIRE_SLURM: here the srun tests fail, not skip, where the cluster cannot start.
+test: install browser slurm ds-ops
+	DS_ACCELERATOR=cpu DSTRACE_REQUIRE_SLURM=1 DSTRACE_DEEPSPEED_ERA=$(DS_ERA) DSTRACE_ERA_PYTHON=$(ERA)/bin/python $(BIN)/python -m pytest -q
 
 # The analysis against the lowest releases pyproject.toml allows (constraints/lowest.txt): a second venv,
 # .cache/lowest, with torch for the gloo jobs, and the tests that need no recording of a DeepSpeed job.
@@ -113,7 +122,7 @@ LOWEST_STAMP := $(LOWEST)/.installed
 ANALYSIS_TESTS := tests/corpus tests/analysis --ignore=tests/analysis/test_recorded_run.py \
 	--ignore=tests/analysis/test_reports_unchanged.py
 # The uncapped analysis dependencies whose newest release `make test` must run against (HTA is capped <0.6).
-NEWEST := pandas numpy msgspec isal xxhash rich
+NEWEST := pandas numpy pyarrow msgspec isal xxhash rich
 
 $(LOWEST_STAMP): pyproject.toml constraints/lowest.txt
 	rm -rf $(LOWEST)

@@ -9,6 +9,9 @@ report.
 """
 from __future__ import annotations
 
+import os
+import traceback
+
 import pandas as pd
 
 from dstrace.analysis import hta_adapter, intervals, parallel
@@ -114,7 +117,12 @@ def run_breakdowns(t, labels) -> dict[str, tuple[dict, str | None]]:
 
 
 def _failed(label: str, exc: BaseException) -> str:
-    return f"HTA {label} failed ({type(exc).__name__}: {exc}); left out"
+    """The problem line; a bare `assert` of HTA's says nothing, so its file, line and condition stand in."""
+    what = f": {exc}" if str(exc) else ""
+    if not what and exc.__traceback__ is not None:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        what = f" at {os.path.basename(frame.filename)}:{frame.lineno}" + (f" `{frame.line}`" if frame.line else "")
+    return f"HTA {label} failed ({type(exc).__name__}{what}); left out"
 
 
 def rank_breakdowns(path: str, meta: dict, columns: Columns, helper: parallel.Helper | None = None) -> Breakdowns:

@@ -8,10 +8,13 @@ versions). `dstrace record` writes one per rank once the job has ended and `dstr
 it is given (both `write_run_reductions`), `dstrace analyze` one for each trace it decodes without one; all
 with the one decoder and reduction (`loading.decode_rank`).
 
-The file is an Arrow IPC file of one table: a `frame` column and the reduction's three frames side by side
-(`collectives.*`, `steps.*`, `gathers.*`: each row belongs to one of them, its other columns are null),
-numbers as they are and texts dictionary-encoded; everything else is JSON in the schema's metadata. So
-the files of all ranks read as one table (`load_many`: concatenated, dictionaries unified, each frame
+The file is an Arrow IPC stream of one table, compressed as one zstd frame (pyarrow's codec: `zstd -dc`
+gives the stream back): a `frame` column and the reduction's three frames side by side (`collectives.*`,
+`steps.*`, `gathers.*`: each row belongs to one of them, its other columns are null), numbers as they are
+and texts dictionary-encoded; everything else is JSON in the schema's metadata. A stream holds its schema
+once (an IPC file holds it twice, and the metadata with it) and the one frame compresses the nulls, the
+repeated texts and the metadata together: 3-21 kB a rank where the uncompressed IPC file was 18-402 kB.
+So the files of all ranks read as one table (`load_many`: concatenated, dictionaries unified, each frame
 converted once for all ranks), not one decode per rank.
 
 One trust model: a kept reduction is untrusted input like every file of a run folder, read within bounds
@@ -42,12 +45,21 @@ pd.set_option("mode.string_storage", "python")
 hold a few distinct texts named by millions of calls (a 10,000-rank group's member list is 59 KB), shared
 as Python objects (`collectives._per_value`, `matching._codes`), so the analysis keeps pandas' own storage."""
 
-FORMAT = "dstrace.reduction/1"
-"""Bump when the decode, the reduction or the kept HTA results change meaning, or the file's layout."""
+FORMAT = "dstrace.reduction/2"
+"""Bump when the decode, the reduction or the kept HTA results change meaning, or the file's layout (/2: the
+zstd-compressed IPC stream; /1 was an uncompressed IPC file)."""
 SUFFIX = REDUCTION_SUFFIX
 MAX_KEPT_BYTES = 256 << 20
-"""A rank's reduction is kilobytes to a few MB (uncompressed Arrow: what it holds in memory is about its
-size); a larger file is not one dstrace wrote, and is refused before it is read."""
+"""A rank's reduction is kilobytes to a few MB in memory, its file a tenth of that; a larger file is not one
+dstrace wrote, and is refused before it is read, and so is one whose stream would be larger."""
+MAX_INFLATION = 64
+"""A file's stream is at most this many times the file (dstrace's are 3-16 times: texts and nulls compress,
+times do not): it is refused as it is decompressed, so a folder of small files holds at most this many
+times its size in memory, not a decompression bomb's gigabytes per file."""
+CODEC = "zstd"
+LEVEL = 3
+"""zstd's own default (Arrow's is 1): half the file where a 10,000-rank group's member list is kept (22 kB, not
+43), read as fast."""
 META_KEY = b"dstrace"
 FRAMES = ("collectives", "steps", "gathers")
 COLUMNS = {"collectives": rank_collectives.RANK_COLUMNS, "steps": reduction.STEP_COLUMNS,
@@ -91,10 +103,11 @@ class KeptReduction:
         """Write the file, whole or not at all. Raises OSError when the folder refuses."""
         table = _table(self)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
+        data = pa.Codec(CODEC, LEVEL).compress(sink.getvalue())
         with atomic_file(path, "wb") as f:
-            f.write(memoryview(sink.getvalue()))
+            f.write(memoryview(data))
 
     @classmethod
     def load(cls, path: str) -> KeptReduction:
@@ -219,15 +232,15 @@ def _read(path: str) -> tuple[pa.Table, dict, tuple]:
                          "(kilobytes to a few MB): remove it, it is not one dstrace wrote")
     data = untrusted.read_bytes(path, MAX_KEPT_BYTES)
     try:
-        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        table = _open(data)
         table.validate(full=True)
-        head = json.loads(table.schema.metadata[META_KEY])
+        head = _head(table.schema)
+    except _Refused:
+        raise
     except (pa.ArrowException, KeyError, TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"not a reduction dstrace kept: truncated or corrupt ({str(exc)[:200]})") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
-        found = head.get("format") if isinstance(head, dict) else None
-        raise ValueError(f"not a {FORMAT} reduction ({str(found)[:40]}: written by another dstrace version?); "
-                         "remove it, or keep its trace beside it")
+        raise ValueError(_other_format(head))
     schema = table.schema
     seen = schema.remove_metadata().serialize().to_pybytes()  # names, types and field metadata, in C++
     if seen not in _LAYOUTS:
@@ -240,6 +253,37 @@ def _read(path: str) -> tuple[pa.Table, dict, tuple]:
     if problem:
         raise ValueError(f"not a reduction dstrace kept ({problem})")
     return table.replace_schema_metadata(None), head, layout
+
+
+class _Refused(ValueError):
+    """What `_open` says of a file it does not read as a table: its one line."""
+
+
+def _open(data: bytes) -> pa.Table:
+    """The table of a file's bytes: its zstd frame decompressed within `MAX_INFLATION` times its size and
+    `MAX_KEPT_BYTES` (`_Refused` past them), then read as an Arrow IPC stream. An uncompressed IPC file, as
+    dstrace.reduction/1 wrote them, is `_Refused` by the format its schema names."""
+    if data[:6] == b"ARROW1":
+        raise _Refused(_other_format(_head(pa.ipc.open_file(pa.py_buffer(data)).schema)))
+    limit = min(MAX_KEPT_BYTES, MAX_INFLATION * len(data))
+    stream = pa.CompressedInputStream(pa.BufferReader(data), CODEC).read_buffer(limit + 1)
+    if stream.size > limit:
+        raise _Refused(f"decompresses to more than {limit:,} bytes ({MAX_INFLATION} times its size, or "
+                       f"{MAX_KEPT_BYTES >> 20} MiB), more than a rank's reduction: remove it, it is not one "
+                       "dstrace wrote")
+    # as Python bytes, like the file's: Arrow's allocator keeps what it frees, and a batch's streams held
+    # there raised the peak by their size (+34 MiB at 1,000 ranks of a 10,000-rank world)
+    return pa.ipc.open_stream(pa.py_buffer(stream.to_pybytes())).read_all()
+
+
+def _head(schema: pa.Schema):
+    return json.loads(schema.metadata[META_KEY])
+
+
+def _other_format(head) -> str:
+    found = head.get("format") if isinstance(head, dict) else None
+    return (f"not a {FORMAT} reduction ({str(found)[:40]}: written by another dstrace version?); remove it, or keep "
+            "its trace beside it")
 
 
 _LAYOUTS: dict[bytes, tuple] = {}

@@ -236,14 +236,56 @@ for cat, `pi`, `ti`, `am`, ...: distinct for EVENT_KEYS)."""
 _CODE_AT[[int.from_bytes(int(sign).to_bytes(8, "little")[3:5], "little") for sign in _SIGNS[1:]]] = \
     np.arange(1, len(EVENT_KEYS) + 1)
 assert np.count_nonzero(_CODE_AT) == len(EVENT_KEYS), "two EVENT_KEYS share their bytes 3 and 4"
+ARG_KEYS = tuple(key for _, key in ALL_ARGS)
+"""The args keys the columns read, looked for twice as well (codes len(EVENT_KEYS) + 1, ...): an event that gives
+one twice has its last value taken. Each is 5 characters or more, so the 8 bytes up to its colon are the key's own."""
+_ARG_WORDS = np.array([(0, 0, 0)] * (len(EVENT_KEYS) + 1) + [
+    (int.from_bytes(text[-8:], "little"), int.from_bytes(text[-16:-8], "little") << 8 * (16 - len(text[-16:])),
+     ((1 << 8 * len(text[-16:-8])) - 1) << 8 * (16 - len(text[-16:])))
+    for text in (b'"%s":' % key.encode() for key in ARG_KEYS)], dtype=np.uint64).T
+_ARG_LOW, _ARG_HIGH, _ARG_HIGH_MASK = _ARG_WORDS
+"""Per code: an args key's 8 bytes up to its colon (`_SIGNS`' reading), and the 8 before them with their mask (the
+key's other bytes and its opening quote). 0 for EVENT_KEYS' codes: no tail is 0 (its top byte is a mark)."""
+_ARG_AT = np.zeros(1 << 16, dtype=np.int8)
+"""Args key code by a tail's bytes 1 and 2 (`_CODE_AT`'s way): the first key of ARG_KEYS with those bytes."""
+_ARG_ALIKE: list[tuple[int, int, bool]] = []
+"""(code in `_ARG_AT`, code of a later key with the same bytes 1 and 2, whether the two differ only before the
+8 bytes up to the colon: `stream` and `wait_on_stream`, `In msg nelems` and `Out msg nelems`)."""
+for _code in range(len(EVENT_KEYS) + 1, len(_ARG_LOW)):
+    _at = int(_ARG_LOW[_code]) >> 8 & 0xFFFF
+    if _ARG_AT[_at]:
+        _ARG_ALIKE.append((int(_ARG_AT[_at]), _code, bool(_ARG_LOW[_ARG_AT[_at]] == _ARG_LOW[_code])))
+    else:
+        _ARG_AT[_at] = _code
+assert len(_ARG_LOW) < 64, "the codes of EVENT_KEYS and ARG_KEYS are bits of an int64"
+
+
+def _arg_codes(code: np.ndarray, tail: np.ndarray, tails: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """`code` with ARG_KEYS' codes where the marks end one: looked up by the tails' bytes 1 and 2 (`_ARG_AT`), kept
+    where the 8 bytes match; the keys that share those 8 bytes told apart by the 8 before them."""
+    arg = np.take(_ARG_AT, np.ndarray(shape=(len(tail),), dtype="<u2", buffer=tail, offset=1, strides=(8,)))
+    rows = np.flatnonzero(arg)
+    arg, low = arg[rows].astype(np.intp), tail[rows]
+    for first, alike, same_low in _ARG_ALIKE:
+        if not same_low:
+            arg[(arg == first) & (low == _ARG_LOW[alike])] = alike
+    ok = low == np.take(_ARG_LOW, arg)
+    rows, arg = rows[ok], arg[ok]
+    for first, alike, same_low in _ARG_ALIKE:
+        if same_low:
+            which = np.flatnonzero(arg == first)
+            high = tails[np.maximum(at[rows[which]] - 15, 0)]  # an args key is never in a piece's first 15 bytes
+            arg[which[high & _ARG_HIGH_MASK[alike] == _ARG_HIGH[alike]]] = alike
+    code[rows] = arg
+    return code
 
 
 def _event_keys_twice(text, events: int, start: int = 0, end: int | None = None) -> list[str]:
     """The keys given twice in an object of `text[start:end]`, a piece of the event array with `events` events
-    (`_duplicate_keys`), looked for only in the events where one of EVENT_KEYS occurs twice.
+    (`_duplicate_keys`), looked for only in the events where one of EVENT_KEYS or ARG_KEYS occurs twice.
 
     One numpy pass over the piece (no copy) finds each `:` and `{` and reads the 8 bytes up to each: the `{`
-    that open events (`_EVENT_OPENERS`) cut the keys (`_SIGNS`) into events, and an event whose sum of
+    that open events (`_EVENT_OPENERS`) cut the keys (`_SIGNS`, `_arg_codes`) into events, and an event whose sum of
     `1 << key code` differs from their bitwise or holds a code twice. Keys in args count as the event's: the
     events flagged (a metadata event's `args.name` flags it) are looked at key by key, together. Where the
     `{` found are not one per event (lists of objects in args, other whitespace), the piece is looked at
@@ -266,6 +308,7 @@ def _event_keys_twice(text, events: int, start: int = 0, end: int | None = None)
     firsts = opening[np.logical_or.reduce([heads & np.uint64(m) == np.uint64(b) for b, m in _EVENT_OPENERS])]
     code = np.take(_CODE_AT, np.ndarray(shape=(len(tail),), dtype="<u2", buffer=tail, offset=3, strides=(8,)))
     code[tail & np.take(_MASKS, code) != np.take(_SIGNS, code)] = 0
+    code = _arg_codes(code, tail, tails, at)
     if len(firsts) != events:
         counts = np.bincount(code, minlength=len(_SIGNS))[1:]
         return _duplicate_keys(a.tobytes()) if (counts > events).any() else []

@@ -10,6 +10,7 @@ the command's own exit code.
 from __future__ import annotations
 
 import argparse
+import signal
 
 from dstrace.errors import UserError
 from dstrace.recording.launcher import RecordOptions, fill_run_record, record
@@ -92,8 +93,15 @@ def reduce_traces(run_dir: str, run: RunRecord) -> list[str]:
         return []
     from dstrace.analysis.kept import write_run_reductions
 
-    say(f"reducing {len(traces)} trace(s) for analysis")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # before the line that says Ctrl-C works
     try:
+        say(f"reducing {len(traces)} trace(s) for analysis (Ctrl-C leaves this out: dstrace analyze reads the traces)")
         return write_run_reductions(run_dir, traces, run.world_size or 0)
+    except KeyboardInterrupt:  # the job has ended and its files are whole: the reduction only saves analyze time
+        say("Ctrl-C: the traces are not reduced; dstrace analyze reads them")
+        run.notes.append("the traces were not reduced (Ctrl-C while dstrace reduced them); dstrace analyze reads them")
+        return []
     except Exception as exc:  # the recording is done and whole: a failed reduction only costs analyze its speed
         return [f"no kept reductions ({type(exc).__name__}: {exc}); dstrace analyze reads the traces"]
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -4,11 +4,11 @@ RUN_DIR` reads those and never the traces.
 
 Run alone, it reduces every trace given. Run as several processes at once, by the job's launcher or the
 cluster's scheduler on every node (`torchrun --nproc_per_node K`, `srun --ntasks-per-node K`), each process
-takes every K-th of the node's traces (LOCAL_RANK of LOCAL_WORLD_SIZE, or SLURM_LOCALID of
-SLURM_NTASKS_PER_NODE in a task srun started); with `--split job`, of the whole job's traces on a shared
-filesystem (RANK of WORLD_SIZE, or SLURM_PROCID of SLURM_STEP_NUM_TASKS). No two processes write one
-file: each reduces into a private folder inside RUN_DIR and moves each rank's file in with a hard link,
-which fails where the file is already there (two traces claiming one rank, or an earlier reduce). A
+takes every K-th of the node's traces (LOCAL_RANK of LOCAL_WORLD_SIZE, or in a task srun started SLURM_LOCALID
+of the step's tasks on its node, SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID); with `--split job`, of the whole
+job's traces on a shared filesystem (RANK of WORLD_SIZE, or SLURM_PROCID of SLURM_STEP_NUM_TASKS). No two
+processes write one file: each reduces into a private folder inside RUN_DIR and moves each rank's file in with
+a hard link, which fails where the file is already there (two traces claiming one rank, or an earlier reduce). A
 process alone writes `run.json`; each process of several writes its node record,
 `nodes/<host>[-node<K>]-reduce<i>.json`, as each node of a multi-node `dstrace record` does, and `dstrace
 gather` joins them (docs/multi-node.md).
@@ -25,21 +25,60 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dstrace.errors import UserError
 from dstrace.rankset import ranks_text
+from dstrace.runfolder.files import OutputRefused, make_output_folder
 from dstrace.runfolder.names import RUN_FILE, node_record_path, rank_in_name, reduction_name, safe_name
 from dstrace.runfolder.records import RUN_SCHEMA, RankStatus, RunRecord, to_json, write_json_atomic
 from dstrace.say import say
 
 MAX_PROCESSES = 1 << 16
+STEP_TASKS = "SLURM_STEP_TASKS_PER_NODE"
+TASKS_OF_NODES = re.compile(r"(\d{1,6})(?:\(x(\d{1,6})\))?")
+
+
+def tasks_here(environ: dict[str, str]) -> str | None:
+    """How many tasks of this srun step run on this task's node: SLURM_STEP_TASKS_PER_NODE (`2(x3),1`: two on
+    each of the first three nodes, one on the fourth) at SLURM_NODEID. Not SLURM_NTASKS_PER_NODE: srun sets it
+    only for --ntasks-per-node, and a step inherits the job's where its own tasks lie otherwise (`sbatch -N 2
+    --ntasks-per-node 2`, then `srun -n 3`: 2 and 1), which would leave traces of the node of 1 unreduced."""
+    text, node = environ.get(STEP_TASKS, ""), environ.get("SLURM_NODEID", "")
+    if not node.isdigit() or len(text) > 4096:
+        return None
+    left = int(node)
+    for part in text.split(","):
+        m = TASKS_OF_NODES.fullmatch(part)
+        if m is None:
+            return None
+        left -= int(m.group(2) or 1)
+        if left < 0:
+            return m.group(1)
+    return None
+
+
+@dataclass(frozen=True)
+class Variables:
+    """Where a launcher says which of the processes sharing the traces this one is: `index` of `count` (or of
+    what `count_of` reads), counted only where `gate` is set (where the pair means this process's share)."""
+    index: str
+    count: str
+    gate: str
+    count_of: Callable[[dict[str, str]], str | None] | None = None
+
+    def values(self, environ: dict[str, str]) -> tuple[str | None, str | None]:
+        return environ.get(self.index), self.count_of(environ) if self.count_of else environ.get(self.count)
+
+
 SLURM_STEP = "SLURM_STEP_NUM_TASKS"
-"""Set by srun in the tasks of a job step only: a batch script has SLURM_LOCALID and SLURM_NTASKS_PER_NODE too,
-and a `dstrace reduce` run there alone must not take one share of the traces and leave the others."""
-SHARES = {  # --split -> (index, count, set only where the pair means this process's share), first found wins
-    "node": (("LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK"), ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", SLURM_STEP)),
-    "job": (("RANK", "WORLD_SIZE", "RANK"), ("SLURM_PROCID", SLURM_STEP, SLURM_STEP)),
+"""Set by srun in the tasks of a job step only: a batch script has SLURM_LOCALID and SLURM_PROCID too, and a
+`dstrace reduce` run there alone must not take one share of the traces and leave the others."""
+SHARES = {  # --split -> the launchers' variables, first found wins
+    "node": (Variables("LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK"),
+             Variables("SLURM_LOCALID", f"{STEP_TASKS} at SLURM_NODEID", SLURM_STEP, tasks_here)),
+    "job": (Variables("RANK", "WORLD_SIZE", "RANK"), Variables("SLURM_PROCID", SLURM_STEP, SLURM_STEP)),
 }
 
 
@@ -70,15 +109,15 @@ class Share:
 
 def share_of(environ: dict[str, str], split: str) -> Share:
     """Which share of the traces is this process's, from its launcher's variables."""
-    for index_name, count_name, gate in SHARES[split]:
-        index, count = environ.get(index_name), environ.get(count_name)
-        if gate not in environ or (index is None and count is None):
+    for names in SHARES[split]:
+        index, count = names.values(environ)
+        if names.gate not in environ or (index is None and count is None):
             continue
         if not (index and count and index.isdigit() and count.isdigit()
                 and 0 <= int(index) < int(count) <= MAX_PROCESSES):
-            raise UserError(f"{index_name}={index} and {count_name}={count} do not say which of the processes this "
-                            f"is: the launcher sets both (with srun, pass --ntasks-per-node)")
-        return Share(int(index), int(count), f"{index_name} of {count_name}")
+            raise UserError(f"{names.index}={index} and {names.count}={count} do not say which of the processes "
+                            f"this is: the launcher sets both")
+        return Share(int(index), int(count), f"{names.index} of {names.count}")
     return Share(0, 1)
 
 
@@ -111,16 +150,10 @@ def output_folder(output: str | None, share: Share) -> str:
         from dstrace.recording.launcher import claim_new_dir, default_run_dir
 
         return claim_new_dir(default_run_dir(["reduce"]))
-    path = os.path.abspath(output)
-    if os.path.islink(path):
-        raise UserError(f"{path} is a link: dstrace writes no run folder through one; give the folder itself")
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise UserError(f"{path} is there and is not a folder: choose another -o")
     try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot make the run folder {path} ({e.strerror or e}); choose another -o") from None
-    return path
+        return make_output_folder(output, "choose another -o")
+    except OutputRefused as e:
+        raise UserError(str(e)) from None
 
 
 @dataclass
@@ -246,11 +279,16 @@ def record_of(run_id: str, command: list[str], share: Share, claims: list[Claim]
     return run
 
 
-def node_name(share: Share, environ: dict[str, str]) -> str:
-    """This process's node record name: its host, the node's number where the launcher gives one (torchrun's
-    GROUP_RANK, SLURM_NODEID: nodes of one host name stay apart), and its share."""
+def node_of(environ: dict[str, str]) -> str:
+    """This process's host, with the node's number where the launcher gives one (torchrun's GROUP_RANK,
+    SLURM_NODEID): nodes of one host name stay apart, in its records and in what it says."""
     node = environ.get("GROUP_RANK") or environ.get("SLURM_NODEID") or ""
-    return f"{safe_name(socket.gethostname())}{f'-node{node}' if node.isdigit() else ''}-reduce{share.index}"
+    return f"{safe_name(socket.gethostname())}{f'-node{node}' if node.isdigit() else ''}"
+
+
+def node_name(share: Share, environ: dict[str, str]) -> str:
+    """This process's node record name: its node and its share."""
+    return f"{node_of(environ)}-reduce{share.index}"
 
 
 def run_id_of(explicit: str | None, run_dir: str) -> str:
@@ -269,7 +307,7 @@ def main(args: argparse.Namespace) -> int:
     run_dir = output_folder(args.output, share)
     run_id = run_id_of(args.run_id, run_dir)
     mine = files[share.index::share.count]
-    who = "" if share.alone else f"{socket.gethostname()} process {share.index + 1} of {share.count}: "
+    who = "" if share.alone else f"{node_of(dict(os.environ))} process {share.index + 1} of {share.count}: "
 
     def progress(message: str) -> None:
         say(who + message)

@@ -15,7 +15,7 @@ import os
 from dstrace.errors import UserError
 from dstrace.rankset import ranks_text
 from dstrace.recording.launcher import fill_run_record
-from dstrace.runfolder.files import copy_regular_atomic
+from dstrace.runfolder.files import OutputRefused, copy_regular_atomic, make_output_folder
 from dstrace.runfolder.folder import (MANIFEST, REDUCTION, TRACE, FolderRefused, RunFolder, node_files,
                                       node_records)
 from dstrace.runfolder.names import MANIFEST_SUFFIX, NODES_DIR, RUN_FILE, TRACE_SUFFIXES, rank_in_name
@@ -160,12 +160,10 @@ def gather(run_dir: str, node_folders: list[str]) -> RunRecord:
     sources = [os.path.abspath(n) for n in node_folders if os.path.abspath(n) != run_dir]
     if not sources and not os.path.isdir(run_dir):
         raise UserError(f"{run_dir} is not a folder: give the shared run folder, or OUT and the node folders")
-    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
-        raise UserError(f"{run_dir} is there and is not a folder: give gather a folder to write the run into")
     try:
-        os.makedirs(run_dir, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot make the folder {run_dir} ({e.strerror or e}); choose another OUT") from None
+        make_output_folder(run_dir, "give gather a folder to write the run into")
+    except OutputRefused as e:
+        raise UserError(str(e)) from None
     _refuse_link(os.path.join(run_dir, NODES_DIR), "writes no file through one")
     plan = _plan(run_dir, sources)
     run_id = _check_one_run(run_dir, plan)

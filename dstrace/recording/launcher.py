@@ -242,7 +242,7 @@ def _record_json(run: RunRecord, role: multinode.NodeRole | None) -> dict:
 def _run_child(command: list[str], env: dict[str, str]) -> int:
     """Run the command; pass SIGTERM/SIGHUP on, and a SIGINT that did not reach it (docs/recording.md). A signal
     ignored when `record` started (SIGHUP under nohup) stays ignored: the command inherits SIG_IGN, as it would
-    have, and `record` passes on none."""
+    have, and `record` passes on none. Once it has ended, SIGINT is let go by (`_after_the_command`)."""
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as e:
@@ -271,10 +271,18 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
                 if "at" in forwarded and time.monotonic() - forwarded["at"] > TERM_GRACE_S:
                     child.kill()
     finally:
+        signal.signal(signal.SIGINT, _after_the_command)
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if sig != signal.SIGINT:
+                signal.signal(sig, handler)
         group_sigint.stop()
     return 128 - code if code < 0 else code
+
+
+def _after_the_command(signum, frame) -> None:
+    """SIGINT once the command has ended: the rest of a Ctrl-C burst whose first press ended the job (a terminal
+    sends each to `record` too). It no longer ends `record` while it writes the run record and reduces the traces:
+    the job ended as it would have, and run.json keeps its exit code, which `record` returns (CASES.md)."""
 
 
 GROUP_SIGNAL_WAIT_S = 0.5
@@ -407,7 +415,8 @@ def _window_text(w: Window) -> str:
                 "once the profiler was ready")
     if w.trigger == GENERATE_TRIGGER:
         return f"generate steps: call {w.call}, steps {', '.join(map(str, w.recorded_steps))}"
-    return f"{w.trigger}: iterations {', '.join(map(str, w.recorded_steps))}"
+    steps = ", ".join(map(str, w.recorded_steps)) or "none whole (the rank ended inside the first)"
+    return f"{w.trigger}: iterations {steps}"
 
 
 def exception_text(error: dict) -> str:

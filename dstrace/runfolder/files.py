@@ -138,3 +138,22 @@ def copy_regular_atomic(source: str, dest: str) -> None:
         allowed = stat.S_IMODE(os.fstat(src.fileno()).st_mode) & 0o666 & ~current_umask()
         with atomic_file(dest, "wb", file_mode=allowed) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
+
+
+class OutputRefused(ValueError):
+    """A folder a verb was told to write into and must not: the message is the user's one line."""
+
+
+def make_output_folder(path: str, instead: str) -> str:
+    """`path` made absolute and made if new, for a verb to write a run folder into: never through a link,
+    never over a file. Refusals are one line ending in `instead` (what to give the verb instead)."""
+    path = os.path.abspath(path)
+    if os.path.islink(path):
+        raise OutputRefused(f"{path} is a link: dstrace writes no run folder through one; {instead}")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise OutputRefused(f"{path} is there and is not a folder: {instead}")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise OutputRefused(f"cannot make the folder {path} ({e.strerror or e}); {instead}") from None
+    return path

@@ -404,11 +404,18 @@ def test_parse_workers_is_one_for_little_work(tmp_path):
         assert loading.uncompressed_size(paths[0]) == len(f.read())
 
 
+def stream_of(path: str) -> pa.Buffer:
+    """A kept reduction's Arrow IPC stream: its file is one zstd frame of it."""
+    with open(path, "rb") as f:
+        return pa.CompressedInputStream(f, "zstd").read_buffer()
+
+
 def test_the_kept_reduction_is_one_arrow_table_of_its_frames(tmp_path):
-    """Arrow IPC, no pickle: a `frame` column, the frames' columns side by side, texts dictionary-encoded."""
+    """Arrow IPC in a zstd frame, no pickle: a `frame` column, the frames' columns side by side, texts
+    dictionary-encoded."""
     zero3_folder(tmp_path)
     run = load_run(str(tmp_path), progress=quiet)
-    table = pa.ipc.open_file(caches(tmp_path)[0]).read_all()
+    table = pa.ipc.open_stream(stream_of(caches(tmp_path)[0])).read_all()
     reduced = run.traces[0].reduced
     assert table.schema.names == ["frame"] + [f"{name}.{c}" for name in kept.FRAMES
                                               for c in getattr(reduced, name).columns]
@@ -416,3 +423,38 @@ def test_the_kept_reduction_is_one_arrow_table_of_its_frames(tmp_path):
     assert [int((frames == n).sum()) for n in range(3)] == [len(getattr(reduced, name)) for name in kept.FRAMES]
     assert pa.types.is_dictionary(table.schema.field("collectives.kind").type)
     assert json.loads(table.schema.metadata[b"dstrace"])["format"] == kept.FORMAT
+
+
+def test_a_ranks_kept_reduction_is_kilobytes_with_its_schema_once(tmp_path):
+    """A rank of the 256-rank synthetic run (360 collectives) keeps a file of a few kB (an uncompressed IPC
+    file was 64 kB: the nulls of the frames side by side, and the schema and its metadata twice), whose stream
+    holds the head once; and it reads back as the reduction saved."""
+    from dstrace.testing.scale_run import write_run
+
+    write_run(str(tmp_path), world=256, ranks=[0])
+    (path,) = caches(tmp_path)
+    assert os.path.getsize(path) < 16 << 10
+    stream = stream_of(path).to_pybytes()
+    assert stream.count(b'"trace_file"') == 1 and stream.count(b'"span_us"') == 1
+    saved = kept.KeptReduction.load(path)
+    saved.save(str(tmp_path / "again.reduction.arrow"))
+    assert open(tmp_path / "again.reduction.arrow", "rb").read() == open(path, "rb").read()
+
+
+def test_a_reduction_kept_by_an_older_dstrace_is_refused_by_its_format(tmp_path):
+    """An uncompressed IPC file, as dstrace.reduction/1 kept them: one line naming its format, without its
+    trace; where its trace is, the trace is decoded again."""
+    zero3_folder(tmp_path)
+    load_run(str(tmp_path), progress=quiet)
+    path = caches(tmp_path)[0]
+    table = kept._table(kept.KeptReduction.load(path))
+    head = json.loads(table.schema.metadata[kept.META_KEY])
+    table = table.replace_schema_metadata({kept.META_KEY: json.dumps(head | {"format": "dstrace.reduction/1"})})
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    (problem,) = kept.load_many([path])
+    assert problem == (f"not a {kept.FORMAT} reduction (dstrace.reduction/1: written by another dstrace "
+                       "version?); remove it, or keep its trace beside it")
+    messages = []
+    assert load_run(str(tmp_path), progress=messages.append).ranks == [0, 1]
+    assert sum("parsing trace" in m and "from its kept reduction" not in m for m in messages) == 1

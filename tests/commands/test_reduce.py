@@ -1,11 +1,13 @@
 """`dstrace reduce` on public traces nobody here recorded: the run folder it writes is analyzed, without the traces,
-to the report the traces themselves give; several real processes under torchrun split the traces between them;
-bad input costs one line and writes nothing outside the run folder."""
+to the report the traces themselves give; several real processes under torchrun, and under the real srun of a
+two-node SLURM cluster on this host, split the traces between them; bad input costs one line and writes nothing
+outside the run folder."""
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -13,7 +15,7 @@ import pytest
 
 from dstrace.runfolder.names import REDUCTION_SUFFIX, rank_in_name
 from tests.corpus import make_twins
-from tests.fixtures.paths import CORPUS
+from tests.fixtures.paths import CORPUS, ROOT
 from tests.fixtures.processes import analyze_json, cpu_env, dstrace, tool, torchrun
 from tests.fixtures.runs import read_json
 
@@ -156,7 +158,9 @@ def test_rank_read_where_the_metadata_follows_the_events(tmp_path):
     write_trace(str(traces / "a.json.gz"), one_rank(2, events_first=True))
     write_trace(str(traces / "b.json.gz"), one_rank(3))
     run_dir = str(tmp_path / "run")
-    batch_script = env_in(tmp_path, SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2")  # no srun: a process alone
+    # a batch script's own SLURM variables (as sbatch -N 2 --ntasks-per-node 2 sets them here), no srun: alone
+    batch_script = env_in(tmp_path, SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_PROCID="0", SLURM_NTASKS="4",
+                          SLURM_NTASKS_PER_NODE="2", SLURM_TASKS_PER_NODE="2(x2)")
     result = dstrace("reduce", "-o", run_dir, str(traces), env=batch_script)
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(run_dir)) == ["rank2.a.reduction.arrow", "rank3.b.reduction.arrow", "run.json"]
@@ -178,7 +182,8 @@ def test_refusals(tmp_path):
     assert "is not a folder" in refused(tmp_path, "-o", str(tmp_path / "file"), str(traces))
     launched = env_in(tmp_path, LOCAL_RANK="0", LOCAL_WORLD_SIZE="2")
     assert "give them one run folder with -o" in refused(tmp_path, str(traces), env=launched)
-    bad = env_in(tmp_path, SLURM_LOCALID="3", SLURM_NTASKS_PER_NODE="2", SLURM_STEP_NUM_TASKS="4")
+    bad = env_in(tmp_path, SLURM_LOCALID="3", SLURM_NODEID="1", SLURM_STEP_TASKS_PER_NODE="2(x2)",
+                 SLURM_STEP_NUM_TASKS="4")
     assert "SLURM_LOCALID=3" in refused(tmp_path, "-o", out, str(traces), env=bad)
     assert not os.path.exists(out) and not os.listdir(empty)
 
@@ -220,3 +225,73 @@ def test_a_second_reduce_never_replaces_a_rank(tmp_path):
     write_trace(str(other / "rank0.json.gz"), one_rank(0, events_first=True))
     assert "is in" in refused(tmp_path, "-o", run_dir, str(other))
     assert (tmp_path / "run" / "rank0.reduction.arrow").read_bytes() == kept
+
+
+SRUN_LINE = re.compile(r"dstrace: \S+-node[01] process \d of \d: .*|srun: .*")
+"""What srun passes on from its tasks: each line whole, led by the task's node and share."""
+
+
+def srun_reduce(slurm_cluster, env: dict, *args: str, job: dict | None = None) -> subprocess.CompletedProcess:
+    result = slurm_cluster.srun(*args, env=env, cwd=str(ROOT), job=job)
+    lines = result.stderr.splitlines()
+    assert lines and all(SRUN_LINE.fullmatch(line) for line in lines), result.stderr[-3000:]
+    return result
+
+
+def shares_of(run_dir: str) -> dict[str, list[int]]:
+    """Each task's node record: the ranks it reduced."""
+    nodes = os.path.join(run_dir, "nodes")
+    return {n: [r["rank"] for r in read_json(os.path.join(nodes, n))["ranks"]] for n in sorted(os.listdir(nodes))}
+
+
+def test_srun_tasks_of_two_nodes_split_the_job(twins, tmp_path, slurm_cluster):
+    """`srun -N 2 -n 4 dstrace reduce --split job`, the real srun: each of the 8 traces gets one kept reduction,
+    written by one task, and analyze reads those alone to the traces' own report."""
+    traces = os.path.join(twins, "hta_all_to_all_8ranks")
+    run_dir = str(tmp_path / "run")
+    env = env_in(tmp_path)
+    result = srun_reduce(slurm_cluster, env, "-N", "2", "-n", "4", tool("dstrace"), "reduce", "--split", "job",
+                         "-o", run_dir, "--run-id", "srun1", traces)
+    assert result.returncode == 0, result.stderr[-3000:]
+    shares = shares_of(run_dir)
+    placed = [re.fullmatch(r".+-node(\d)-reduce(\d)\.json", n).groups() for n in shares]  # (SLURM_NODEID, PROCID)
+    assert sorted(int(task) for _, task in placed) == [0, 1, 2, 3] and {node for node, _ in placed} == {"0", "1"}
+    # task i takes traces i and i + 4, wherever srun placed it
+    assert all(ranks == [int(task), int(task) + 4] for (_, task), ranks in zip(placed, shares.values())), shares
+    kept = sorted(n for n in os.listdir(run_dir) if n != "nodes")
+    assert kept == [f"rank{r}{REDUCTION_SUFFIX}" for r in range(8)], kept  # no private folder left
+    assert all(os.stat(os.path.join(run_dir, n)).st_nlink == 1 for n in kept)
+
+    assert dstrace("gather", run_dir, env=env).returncode == 0
+    run = read_json(os.path.join(run_dir, "run.json"))
+    assert run["status"] == "complete" and run["run_id"] == "srun1" and len(run["gathered_from"]) == 4
+    of_reduction, of_traces = analysis(run_dir, env), analysis(traces, env)
+    assert [r.pop("read_from") for r in of_reduction["ranks"].values()] == ["kept reduction"] * 8
+    assert [r.pop("read_from") for r in of_traces["ranks"].values()] == ["trace"] * 8
+    assert {k: of_reduction[k] for k in SAME} == {k: of_traces[k] for k in SAME}
+    assert [f["id"] for f in of_reduction["findings"]] == ["peer-wait"]
+
+
+def test_srun_node_shares_follow_the_steps_own_layout(twins, tmp_path, slurm_cluster):
+    """`srun -N 2 -n 3` inside a job of `--ntasks-per-node 2` (its SLURM_NTASKS_PER_NODE=2 passed on to the
+    step, which has 2 tasks on its first node and 1 on its second), each node given its own folder of traces:
+    the node of one task reduces all of its traces. A damaged trace there makes that task, and srun, fail."""
+    source = os.path.join(twins, "hta_all_to_all_8ranks")
+    for node, ranks in (("n1", range(4)), ("n2", range(4, 8))):
+        (tmp_path / node).mkdir()
+        for r in ranks:
+            shutil.copy(os.path.join(source, f"rank{r}.json.gz"), tmp_path / node)
+    write_trace(str(tmp_path / "n2" / "rank8.json.gz"), '{"distributedInfo": {"rank": 8}, "traceEvents": [{"ph": ')
+    run_dir = str(tmp_path / "run")
+    env = env_in(tmp_path)
+    script = f'exec {tool("dstrace")} reduce -o {run_dir} {tmp_path}/"$SLURMD_NODENAME"'
+    result = srun_reduce(slurm_cluster, env, "-N", "2", "-n", "3", "bash", "-c", script,
+                         job={"SLURM_NTASKS_PER_NODE": "2"})
+    assert result.returncode == 1, result.stderr[-3000:]
+    shares = shares_of(run_dir)
+    assert [len(s) for s in shares.values()] == [2, 2, 4], shares  # two tasks on the first node, one on the second
+    assert sorted(sum(shares.values(), [])) == list(range(8)), shares
+    failed = [n for n in shares if read_json(os.path.join(run_dir, "nodes", n))["problems"]]
+    assert len(failed) == 1 and "-node1-" in failed[0]
+    assert re.search(r"error: n2: task 2: Exited with exit code 1", result.stderr), result.stderr[-3000:]
+    assert sorted(n for n in os.listdir(run_dir) if n != "nodes") == [f"rank{r}{REDUCTION_SUFFIX}" for r in range(8)]

@@ -26,6 +26,8 @@ RUN_ID = "two-nodes"
 WINDOW_STEPS = 6
 SHIFT_US = 2_345_678.9  # node 1's clock runs 2.3 s ahead of node 0's
 TOLERANCE_US = 50.0
+"""How far the ranks' collective ends lie apart on one clock (the jitter alignment cannot tell from an offset); on
+a loaded machine it grows (55.6 us was seen), so the offset found is checked against the one found on one clock."""
 OTHER_HOST = "other-host"
 
 
@@ -225,6 +227,12 @@ def shifted(two_nodes, tmp_path_factory):
     return folder
 
 
+def same_clock_offset(merged, source: str) -> float:
+    """Rank 1's offset found on the run as recorded (one clock, alignment forced): the ranks' own jitter, which
+    the shifted run's offset must exceed by exactly the shift."""
+    return aligned(load(source, merged), policy="always")[1][1].offset_us
+
+
 def aligned(run, policy: str = "auto"):
     """The cross-rank pass analyze and view run (`alignment.align`): matched collectives and clock offsets."""
     coll = collectives.collective_events(run)
@@ -239,7 +247,8 @@ def test_alignment_recovers_the_other_hosts_clock(shifted, two_nodes, source):
     coll, offsets = aligned(load(source, shifted))
     offset = offsets[1]
     assert offset.applied and offset.via == 0 and offset.matched >= 2 * WINDOW_STEPS * 5
-    assert abs(offset.offset_us - SHIFT_US) < TOLERANCE_US, offset
+    assert abs(offset.offset_us - SHIFT_US - same_clock_offset(merged, source)) < 0.01, offset
+    assert abs(offset.offset_us - SHIFT_US) < 20 * TOLERANCE_US, offset  # the jitter alone is far under the shift
     # once aligned, who waited for whom is what it was on the shared clock
     same_clock, _ = aligned(load(source, merged), policy="never")
     waits = coll.groupby("rank")["wait_us"].sum()
@@ -247,12 +256,12 @@ def test_alignment_recovers_the_other_hosts_clock(shifted, two_nodes, source):
     assert waits.to_numpy() == pytest.approx(before.to_numpy(), abs=TOLERANCE_US * len(coll) / 2)
 
 
-def test_analyze_reports_the_offset_and_residual(shifted):
+def test_analyze_reports_the_offset_and_residual(shifted, two_nodes):
     result = dstrace("analyze", str(kept_only(shifted)), "--format", "json")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     clock = report["clock_alignment"]["1"]
-    assert clock["applied"] and abs(clock["offset_us"] - SHIFT_US) < TOLERANCE_US
+    assert clock["applied"] and abs(clock["offset_us"] - SHIFT_US - same_clock_offset(two_nodes[1], "kept")) < 0.01
     assert clock["residual_us"] is not None
     assert any(n.startswith("clocks aligned") and "residual" in n for n in report["notes"])
     assert report["ranks"]["1"]["host"] == OTHER_HOST

@@ -10,10 +10,12 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from dstrace.recording.launcher import TERM_GRACE_S
 from dstrace.recording.session import WRITING_NOTE
-from tests.fixtures.paths import SCRIPTS
-from tests.fixtures.processes import dstrace, free_port, start_dstrace, tool, torchrun
+from tests.fixtures.paths import ROOT, SCRIPTS
+from tests.fixtures.processes import cpu_env, dstrace, free_port, start_dstrace, tool, torchrun
 from tests.fixtures.runs import manifests, read_json, trace_paths
 from tests.fixtures.traces import read_trace
 
@@ -353,9 +355,13 @@ def _torchrun(*args: str) -> list[str]:
 
 
 def _ctrl_c_pressed(proc: subprocess.Popen, times: int, gap_s: float) -> None:
-    """A terminal's Ctrl-C pressed `times` times, `gap_s` apart: SIGINT to the whole foreground group."""
+    """A terminal's Ctrl-C pressed `times` times, `gap_s` apart: SIGINT to the whole foreground group (while it
+    has a process left)."""
     for _ in range(times):
-        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            return
         time.sleep(gap_s)
 
 
@@ -390,3 +396,137 @@ def test_ctrl_c_pressed_four_times_while_ranks_write_keeps_every_trace_or_says_w
         else:  # interrupted before its window opened (the ranks run at their own pace): nothing to lose
             assert m["lost"] == [] and not m["window"]["recorded_steps"], (rank, m)
     assert not [n for n in os.listdir(run_dir) if n.endswith(".json.tmp")]
+
+
+# ---- a Ctrl-C burst to a plain python job ----------------------------------------------------------------------
+def _alone(*command: str) -> subprocess.Popen:
+    """The job without dstrace, in a session of its own as `record` is in the tests (its group is the terminal's)."""
+    return subprocess.Popen(list(command), env=cpu_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _wait_for_line(proc: subprocess.Popen, line: str) -> None:
+    for got in proc.stdout:
+        if got.strip() == line:
+            return
+    raise AssertionError(f"the job ended before printing {line!r}: {proc.communicate(timeout=60)}")
+
+
+def _shell_code(proc: subprocess.Popen) -> int:
+    """The exit status as a shell reports it: 128 + N for a process that died of signal N."""
+    return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+
+
+KEYBOARD_INTERRUPT = (1, 128 + signal.SIGINT)
+"""How a plain python job dies of Ctrl-C: of the SIGINT Python sends itself after the KeyboardInterrupt's traceback
+(130), or 1 where a second KeyboardInterrupt met its exit (the burst decides, with or without dstrace)."""
+BURST_MOMENTS = {  # the job's options, and the line it prints when the moment has come (None: its trace's write)
+    "before-the-window": (("--wait-before",), "before-window"),
+    "in-the-window": (("--interrupt-wait",), "in-window"),
+    "while-the-trace-is-written": ((), None),
+}
+
+
+@pytest.mark.parametrize("moment", BURST_MOMENTS)
+def test_ctrl_c_pressed_four_times_at_a_plain_python_job_ends_it_as_without_dstrace(tmp_path, moment):
+    """Four Ctrl-Cs within 100 ms (the whole group: record, its sentinel and the job, as a terminal sends them) to
+    `record -- python job.py`. Without dstrace the job dies of KeyboardInterrupt; under record too, with the code
+    record returns in run.json. The SIGINTs after the one that ended the job reached `record` itself while it
+    finished the run folder, and ended it ("dstrace: interrupted"): run.json kept no exit code. The rank's trace
+    is whole, or absent with nothing recorded (interrupted before its window); no raw JSON is left."""
+    options, line = BURST_MOMENTS[moment]
+    job = (sys.executable, LONG_EXPORT, "--ops", "1500", "--after", "60", *options)
+    alone = _alone(*job)
+    _wait_for_line(alone, line or "loop done on rank 0")  # without dstrace nothing is written: after the loop
+    _ctrl_c_pressed(alone, 4, 0.025)
+    alone.communicate(timeout=120)
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, *job, start_new_session=True)
+    if line:
+        _wait_for_line(proc, line)
+    else:
+        _wait_for_a_trace_being_written(run_dir, proc)
+    _ctrl_c_pressed(proc, 4, 0.025)
+    out, err = proc.communicate(timeout=120)
+    assert _shell_code(alone) in KEYBOARD_INTERRUPT and proc.returncode in KEYBOARD_INTERRUPT, err[-3000:]
+    assert "dstrace: interrupted" not in err
+    assert read_json(os.path.join(run_dir, "run.json"))["exit_code"] == proc.returncode, err[-3000:]
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "interrupted" and m["lost"] == [], m
+    if moment == "before-the-window":
+        assert m["window"]["trigger"] is None and not trace_paths(run_dir)
+    else:
+        assert os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]
+    if moment == "in-the-window":  # said "iterations " and nothing after it
+        assert "window on optimizer.step: iterations none whole (the rank ended inside the first)" in err
+    assert not [n for n in os.listdir(run_dir) if n.endswith(".json.tmp")]
+
+
+def test_ctrl_c_while_record_reduces_the_traces_leaves_the_reduction_out_and_keeps_the_jobs_code(tmp_path):
+    """The job has ended (exit 0) and `record` reduces its trace, which takes minutes for large traces: a Ctrl-C
+    then stops the reduction (it only saves `analyze` time), never the run record. Before, once the rest of a
+    burst was let go by, `record` could not be stopped there at all. Exit 0 and run.json's 0, the trace whole,
+    no kept reduction nor temporary file, a note saying why, and no process of record's left."""
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, LONG_EXPORT, "--ops", "6000", start_new_session=True)
+    for got in proc.stderr:
+        if got.startswith("dstrace: reducing "):
+            break
+    else:
+        raise AssertionError(f"record never reduced: {proc.communicate(timeout=60)}")
+    _ctrl_c_pressed(proc, 1, 0.0)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    run = read_json(os.path.join(run_dir, "run.json"))
+    assert run["exit_code"] == 0 and run["status"] == "complete", run
+    assert any("not reduced" in note for note in run["notes"]), (run, os.listdir(run_dir), err[-2000:])
+    _whole_trace(run_dir)
+    assert not [n for n in os.listdir(run_dir) if n.endswith(".reduction.arrow") or ".tmp" in n]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, 0)
+        raise AssertionError("a process of record's group is still running")
+
+
+HANDLES_CTRL_C = """
+import signal, time, torch
+m = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+def step():
+    m(torch.randn(4, 8)).sum().backward()
+    opt.step()
+
+try:
+    for i in range(8):
+        step()
+        if i == {wait_at}:
+            print("ready", flush=True)
+            time.sleep(60)
+except KeyboardInterrupt:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stops at the first Ctrl-C, then finishes its work
+    for _ in range(4):
+        step()
+print("finished its work", flush=True)
+"""
+
+
+@pytest.mark.parametrize("wait_at", [0, 2], ids=["before-the-window", "in-the-window"])
+def test_a_job_that_handles_ctrl_c_finishes_and_keeps_its_trace_under_a_burst(tmp_path, wait_at):
+    """A job that catches the KeyboardInterrupt and finishes its work (ignoring the Ctrl-Cs after the first) exits
+    0 without dstrace; under record too, with its trace whole: the burst's later SIGINTs met only `record`, after
+    the job had ended, and ended it with 130 ("dstrace: interrupted")."""
+    job = _job(tmp_path, HANDLES_CTRL_C.format(wait_at=wait_at))
+    alone = _alone(sys.executable, job)
+    _wait_for_line(alone, "ready")
+    _ctrl_c_pressed(alone, 4, 0.025)
+    assert "finished its work" in alone.communicate(timeout=120)[0] and alone.returncode == 0
+    run_dir = str(tmp_path / "run")
+    proc = _start(run_dir, sys.executable, job, start_new_session=True)
+    _wait_for_line(proc, "ready")
+    _ctrl_c_pressed(proc, 4, 0.025)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "finished its work" in out, err[-3000:]
+    assert read_json(os.path.join(run_dir, "run.json"))["exit_code"] == 0
+    (m,) = manifests(run_dir).values()
+    assert m["status"] == "complete" and m["lost"] == [], m
+    assert os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]

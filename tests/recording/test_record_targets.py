@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -80,3 +81,37 @@ def test_a_users_sitecustomize_runs_once_in_each_process(tmp_path):
     pids = [pid for pid, _ in runs]
     assert len(pids) == len(set(pids)) == 3, runs
     assert [os.path.basename(program) for _, program in runs] == ["dstrace", "torchrun", "job.py"], runs
+
+
+def test_a_users_sitecustomize_runs_once_in_nested_records_and_spawned_children(tmp_path):
+    """Case 19's set-ups tried later: `record -- record -- python job.py` (the inner record and its job get the
+    bootstrap folder twice on PYTHONPATH) and a job whose multiprocessing 'spawn' children are fresh interpreters.
+    Each process logs once: the two records, and every process the job alone starts."""
+    user_site = tmp_path / "usersite"
+    user_site.mkdir()
+    log = tmp_path / "ran"
+    (user_site / "sitecustomize.py").write_text(
+        f"import os, sys\nwith open({str(log)!r}, 'a') as f:\n    f.write('%d %s\\n' % (os.getpid(), sys.argv[0]))\n")
+    job = tmp_path / "job.py"
+    job.write_text("import multiprocessing\n"
+                   "if __name__ == '__main__':\n"
+                   "    children = [multiprocessing.get_context('spawn').Process(target=print, args=(i,)) for i in (0, 1)]\n"
+                   "    for child in children:\n        child.start()\n"
+                   "    print([child.join() or child.exitcode for child in children], flush=True)\n")
+    env = cpu_env(PYTHONPATH=os.pathsep.join(filter(None, [str(user_site), os.environ.get("PYTHONPATH")])))
+
+    def logged() -> list[list[str]]:
+        runs = [line.split(" ", 1) for line in log.read_text().splitlines()]
+        log.unlink()
+        return runs
+
+    alone = subprocess.run([sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    by_the_job = logged()
+    inner = [tool("dstrace"), "record", "-o", str(tmp_path / "inner"), "--", sys.executable, str(job)]
+    r = dstrace("record", "-o", str(tmp_path / "outer"), "--", *inner, env=env)
+    assert r.returncode == 0 and "[0, 0]" in r.stdout, r.stderr[-3000:]
+    runs = logged()
+    pids = [pid for pid, _ in runs]
+    assert len(pids) == len(set(pids)) == 2 + len(by_the_job), (runs, by_the_job)
+    assert [os.path.basename(program) for _, program in runs[:3]] == ["dstrace", "dstrace", "job.py"], runs

@@ -51,6 +51,16 @@ def test_gather_writes_through_no_linked_nodes_folder_in_out(node, tmp_path):
     assert os.listdir(elsewhere) == []
 
 
+def test_gather_writes_no_run_through_a_linked_out(node, tmp_path):
+    """OUT itself a link to a folder: gather writes nothing there (reduce refuses the same, one ground check)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, tmp_path / "out")
+    r = dstrace("gather", str(tmp_path / "out"), node, timeout=60)
+    assert r.returncode == 2 and "is a link" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and os.listdir(elsewhere) == []
+
+
 def test_gather_keeps_modes_no_wider_than_the_source(node, tmp_path):
     os.chmod(os.path.join(node, "rank0.manifest.json"), 0o600)
     out = tmp_path / "out"

@@ -169,6 +169,28 @@ def test_a_kept_reduction_too_large_for_one_is_refused_unread(small_run, tmp_pat
     assert reduction_name(name) in r.stderr and json.loads(r.stdout)["ranks_found"] == [0]
 
 
+def test_a_kept_reduction_that_decompresses_to_gigabytes_is_refused_as_it_is_read(small_run, tmp_path):
+    """A 128 kB kept reduction (a zstd frame, as dstrace writes them) of 4 GiB of zeros, for a rank whose trace is
+    not in the folder: refused with one line once it has decompressed to 64 times its size, under a 3 GiB
+    address space; the other rank is analyzed."""
+    import pyarrow as pa
+
+    from dstrace.runfolder.names import reduction_name
+
+    name = sorted(n for n in os.listdir(small_run) if n.endswith(".gz"))[1]
+    os.remove(os.path.join(small_run, name))
+    zeros = bytes(64 << 20)
+    with pa.OSFile(os.path.join(small_run, reduction_name(name)), "wb") as raw, \
+            pa.CompressedOutputStream(raw, "zstd") as f:
+        for _ in range(64):
+            f.write(zeros)
+    assert os.path.getsize(os.path.join(small_run, reduction_name(name))) < 256 << 10
+    r = subprocess.run([sys.executable, "-m", "dstrace.cli", "analyze", small_run, "--format", "json"],
+                       env=cpu_env(), capture_output=True, text=True, timeout=120, preexec_fn=_limited)
+    assert_one_line(r, 0, "decompresses to more than")
+    assert reduction_name(name) in r.stderr and json.loads(r.stdout)["ranks_found"] == [0]
+
+
 def _sweep(tmp_path, small_run) -> str:
     import shutil
 
@@ -288,3 +310,30 @@ def test_a_well_formed_trace_gets_no_such_warning(small_run, tmp_path):
     r = dstrace("analyze", small_run, "--format", "json", timeout=120)
     assert r.returncode == 0
     assert not [w for w in r.stderr.splitlines() if "negative duration" in w or "overlapping" in w or "twice" in w]
+
+
+@pytest.mark.parametrize("keys", [("Collective name",), ("External id", "stream", "In msg nelems", "Out msg nelems")],
+                         ids=["collective-name", "the-others"])
+@pytest.mark.parametrize("layout", ["kineto", "one-line"])
+def test_args_keys_given_twice_are_warned_and_counted(small_run, tmp_path, layout, keys):
+    """An args key the decoder reads given twice in one event (`{"Collective name": "allgather", "Collective name":
+    "allreduce"}`) passed silently: the decoder took the last, and nobody could know which counted. Now it is
+    warned as a top-level key given twice is; each key in another event that has it, the decoy first."""
+    path = os.path.join(small_run, RANK0)
+    data = json.loads(gzip.open(path).read())
+    marks = {}
+    for key in keys:
+        i = next(i for i, e in enumerate(data["traceEvents"]) if key in e.get("args", {}) and i not in marks)
+        marks[i] = key
+        data["traceEvents"][i]["args"] = {"__twice__": key, **data["traceEvents"][i]["args"]}
+    text = kineto_layout(data) if layout == "kineto" else json.dumps(data)
+    for key in marks.values():
+        decoy = '"allgather"' if key == "Collective name" else "-1"
+        text = text.replace(f'"__twice__": "{key}"', f'"{key}": {decoy}', 1)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+    r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    warned = [line for line in r.stderr.splitlines() if RANK0 in line and "twice" in line]
+    said = f"{len(keys)} key(s) given twice in one object ({', '.join(sorted(keys))})"
+    assert len(warned) == 1 and said in warned[0], r.stderr[-3000:]

@@ -3,7 +3,8 @@ follows optimizer.step, iterations 2-4, and is written inside the step that ends
 
 --crash-rank R: rank R dies (os._exit(3)) once another rank has begun writing its trace (torchrun then sends
 SIGTERM to every other rank). --after S: sleep S seconds after the loop. --interrupt-wait: wait in the window for a
-Ctrl-C (KeyboardInterrupt ends the job, and the trace is written at exit).
+Ctrl-C (KeyboardInterrupt ends the job, and the trace is written at exit). --wait-before: the same, before the
+window (before the loop).
 """
 import argparse
 import os
@@ -17,6 +18,7 @@ ap.add_argument("--ops", type=int, default=4000)
 ap.add_argument("--after", type=float, default=0.0)
 ap.add_argument("--crash-rank", type=int, default=None)
 ap.add_argument("--interrupt-wait", action="store_true")
+ap.add_argument("--wait-before", action="store_true")
 args = ap.parse_args()
 rank = int(os.environ.get("RANK", "0"))
 run_dir = os.environ.get("DSTRACE_RUN_DIR", ".")
@@ -27,6 +29,9 @@ def another_rank_writing() -> bool:
 
 
 w = torch.zeros(4, requires_grad=True)
+if args.wait_before:
+    print("before-window", flush=True)
+    time.sleep(120)
 opt = torch.optim.SGD([w], lr=0.01)
 for i in range(8):
     x = w
