@@ -436,7 +436,9 @@ def load_run(run_dir: str | RunFolder, progress: Progress = say, workers: int | 
     if not traces:
         raise UserError(f"no trace in {trace_dir} says which rank wrote it; name them <host>_rank<N>.pt.trace.json.gz")
 
-    return settle_run(trace_dir, traces, manifests, run, warnings, skipped)
+    loaded = settle_run(trace_dir, traces, manifests, run, warnings, skipped)
+    parallel.release_freed_memory()  # the files read and their batches, now that the run is its tables
+    return loaded
 
 
 def settle_run(trace_dir: str, ranks: dict[int, RankTrace], manifests: dict[int, Manifest], run: RunRecord | None,
