@@ -63,14 +63,20 @@ def _node_name() -> str:
     return node_role([tool("torchrun"), "--nnodes", "2", "--node_rank", "0", "x.py"], {}).node
 
 
-def test_a_users_sitecustomize_runs_once_in_each_process(tmp_path):
-    """Reported: the user's sitecustomize ran a second time in dstrace's own process. Each process (record,
-    torchrun, the rank) logs its pid once; record's own process is one of them."""
+def _logging_sitecustomize(tmp_path):
+    """A user's sitecustomize (its folder, to go on PYTHONPATH) that logs each process it runs in: pid, argv[0]."""
     user_site = tmp_path / "usersite"
     user_site.mkdir()
     log = tmp_path / "ran"
     (user_site / "sitecustomize.py").write_text(
         f"import os, sys\nwith open({str(log)!r}, 'a') as f:\n    f.write('%d %s\\n' % (os.getpid(), sys.argv[0]))\n")
+    return user_site, log
+
+
+def test_a_users_sitecustomize_runs_once_in_each_process(tmp_path):
+    """Reported: the user's sitecustomize ran a second time in dstrace's own process. Each process (record,
+    torchrun, the rank) logs its pid once; record's own process is one of them."""
+    user_site, log = _logging_sitecustomize(tmp_path)
     job = tmp_path / "job.py"
     job.write_text("import torch\ntorch.nn.Linear(2, 2)(torch.ones(2))\n")
     run_dir = str(tmp_path / "run")
@@ -87,11 +93,7 @@ def test_a_users_sitecustomize_runs_once_in_nested_records_and_spawned_children(
     """Case 19's set-ups tried later: `record -- record -- python job.py` (the inner record and its job get the
     bootstrap folder twice on PYTHONPATH) and a job whose multiprocessing 'spawn' children are fresh interpreters.
     Each process logs once: the two records, and every process the job alone starts."""
-    user_site = tmp_path / "usersite"
-    user_site.mkdir()
-    log = tmp_path / "ran"
-    (user_site / "sitecustomize.py").write_text(
-        f"import os, sys\nwith open({str(log)!r}, 'a') as f:\n    f.write('%d %s\\n' % (os.getpid(), sys.argv[0]))\n")
+    user_site, log = _logging_sitecustomize(tmp_path)
     job = tmp_path / "job.py"
     job.write_text("import multiprocessing\n"
                    "if __name__ == '__main__':\n"

@@ -278,6 +278,19 @@ def test_overlaps_negative_durations_and_duplicate_keys_are_warned_and_counted(s
     assert sum(RANK0 in w for w in report["warnings"]) == 3
 
 
+def _warned_twice(small_run, tmp_path, path: str, text: str, keys) -> str:
+    """Rank 0's trace rewritten as `text`, then analyzed: one warning line naming `keys` as given twice; the
+    report's JSON file."""
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+    r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    warned = [line for line in r.stderr.splitlines() if RANK0 in line and "twice" in line]
+    said = f"{len(keys)} key(s) given twice in one object ({', '.join(sorted(keys))})"
+    assert len(warned) == 1 and said in warned[0], r.stderr[-3000:]
+    return str(tmp_path / "r.json")
+
+
 @pytest.mark.parametrize("keys", [("dur", "ts"), ("dur",), ("name", "ph", "cat", "pid", "tid", "args")],
                          ids=["ts-and-dur", "dur-alone", "the-others"])
 @pytest.mark.parametrize("layout", ["kineto", "one-line"])
@@ -296,14 +309,8 @@ def test_keys_given_twice_inside_events_are_warned_and_counted(small_run, tmp_pa
     text = kineto_layout(data) if layout == "kineto" else json.dumps(data)
     for key in marks.values():  # the marker becomes the key itself, its value a decoy the event's own replaces
         text = text.replace(f'"__twice__": "{key}"', f'"{key}": -1', 1)
-    with gzip.open(path, "wt") as f:
-        f.write(text)
-    r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    warned = [line for line in r.stderr.splitlines() if RANK0 in line and "twice" in line]
-    said = f"{len(keys)} key(s) given twice in one object ({', '.join(sorted(keys))})"
-    assert len(warned) == 1 and said in warned[0], r.stderr[-3000:]
-    assert sum(RANK0 in w and "twice" in w for w in json.load(open(tmp_path / "r.json"))["warnings"]) == 1
+    report = _warned_twice(small_run, tmp_path, path, text, keys)
+    assert sum(RANK0 in w and "twice" in w for w in json.load(open(report))["warnings"]) == 1
 
 
 def test_a_well_formed_trace_gets_no_such_warning(small_run, tmp_path):
@@ -330,10 +337,4 @@ def test_args_keys_given_twice_are_warned_and_counted(small_run, tmp_path, layou
     for key in marks.values():
         decoy = '"allgather"' if key == "Collective name" else "-1"
         text = text.replace(f'"__twice__": "{key}"', f'"{key}": {decoy}', 1)
-    with gzip.open(path, "wt") as f:
-        f.write(text)
-    r = dstrace("analyze", small_run, "--format", "json", "-o", str(tmp_path / "r.json"), timeout=120)
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    warned = [line for line in r.stderr.splitlines() if RANK0 in line and "twice" in line]
-    said = f"{len(keys)} key(s) given twice in one object ({', '.join(sorted(keys))})"
-    assert len(warned) == 1 and said in warned[0], r.stderr[-3000:]
+    _warned_twice(small_run, tmp_path, path, text, keys)
