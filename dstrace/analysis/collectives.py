@@ -68,8 +68,10 @@ def collective_events(run: LoadedRun) -> pd.DataFrame:
     if run.calls.empty:
         return pd.DataFrame(columns=COLUMNS)
     df = run.calls.copy(deep=False)  # columns are added and replaced, none written into
-    sizes = np.maximum(df["in_bytes"].fillna(0).to_numpy(), df["out_bytes"].fillna(0).to_numpy())  # message_size
-    df["bytes"] = pd.Series(sizes, index=df.index).fillna(0).astype("int64")
+    # message_size; missing sizes are 0 (read as numbers, not filled in an object column: pandas 2 and 3 alike)
+    sizes = np.maximum(df["in_bytes"].to_numpy(dtype="float64", na_value=0),
+                       df["out_bytes"].to_numpy(dtype="float64", na_value=0))
+    df["bytes"] = pd.Series(sizes, index=df.index).astype("int64")
     everyone = tuple(range(run.world_size))
     df["group_ranks"] = _per_value(df["pg_ranks"], lambda v: _group_ranks(v) or everyone)
     df["group"] = _per_value(df["pg_name"], lambda g: str(g) if isinstance(g, str) and g else "world")

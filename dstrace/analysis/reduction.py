@@ -110,10 +110,12 @@ def step_work(events: pd.DataFrame, steps: pd.DataFrame, ranges: pd.DataFrame, o
     first = steps[steps["source"] == steps["source"].iloc[0]].sort_values("ts")
     starts, ends = first["ts"].to_numpy(), (first["ts"] + first["ms"] * 1e3).to_numpy()
     kernels = events.loc[events["is_gpu"], ["name", "ts", "dur"]]
-    host_items = pd.concat([pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
-                            pd.DataFrame({"name": PREFIX + ranges["name"].astype(str).map(range_label),
-                                          "ts": ranges["ts"], "dur": ranges["dur"]}),
-                            compile_work(events)[["name", "ts", "dur"]]], ignore_index=True)
+    parts = [pd.DataFrame({"name": ops["name"], "ts": ops["ts"], "dur": ops["dur"]}),
+             pd.DataFrame({"name": PREFIX + ranges["name"].astype(str).map(range_label),
+                           "ts": ranges["ts"], "dur": ranges["dur"]}),
+             compile_work(events)[["name", "ts", "dur"]]]
+    # an empty part is left out: pandas 2 ignores its dtypes and pandas 3 would not, so both give the same frame
+    host_items = pd.concat([part for part in parts if len(part)] or parts[:1], ignore_index=True)
 
     def step_of(ts: pd.Series) -> np.ndarray:
         idx = np.searchsorted(starts, ts.to_numpy(), side="right") - 1

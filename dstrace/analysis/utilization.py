@@ -36,7 +36,8 @@ def cpu_work(events: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
                      ["pid", "tid", "ts", "dur", "end"]]
     compute = intervals.top_level(ops)[["ts", "end"]].assign(kind="compute")
     comm = coll[["ts", "end"]].assign(kind="communication")
-    return pd.concat([compute, comm], ignore_index=True)
+    # an empty part is left out: pandas 2 ignores its dtypes and pandas 3 would not, so both give the same frame
+    return pd.concat([part for part in (compute, comm) if len(part)] or [compute], ignore_index=True)
 
 
 def idle_rank() -> dict:
