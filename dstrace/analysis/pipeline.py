@@ -5,8 +5,8 @@ import os
 
 import pandas as pd
 
-from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, parallel, peer_wait, steps as steps_mod,
-                              utilization)
+from dstrace.analysis import (alignment, clocks, collectives, findings, hta_breakdown, parallel, peer_wait,
+                              steps as steps_mod, utilization)
 from dstrace.analysis.loaded import LoadedRun
 from dstrace.analysis.results import Analysis, HtaBreakdown, RankReport, StepSeries
 from dstrace.rankset import ranks_text

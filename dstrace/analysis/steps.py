@@ -132,7 +132,8 @@ def gathered_per_step(run: LoadedRun, steps: pd.DataFrame, coll: pd.DataFrame) -
     nbytes = np.concatenate([g["bytes"].to_numpy(dtype=float) for g in gathers] + [np.empty(0)])
     source = "dstrace/zero3.allgather ranges"
     if not len(ts) and not coll.empty:
-        ag = coll.loc[coll["kind"] == "AllGather", ["rank", "host_ts", "bytes"]]  # not every column of a third of the calls
+        # not every column of what may be a third of the calls
+        ag = coll.loc[coll["kind"] == "AllGather", ["rank", "host_ts", "bytes"]]
         if (pd.to_numeric(ag["bytes"], errors="coerce").fillna(0) > 0).all():
             # a per-step sum with sizes missing (older NCCL writes none) would be a made-up figure: none then
             rank_col, ts = ag["rank"].to_numpy(dtype="int64"), ag["host_ts"].to_numpy(dtype=float)

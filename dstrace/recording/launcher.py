@@ -415,7 +415,9 @@ def _window_text(w: Window) -> str:
                 "once the profiler was ready")
     if w.trigger == GENERATE_TRIGGER:
         return f"generate steps: call {w.call}, steps {', '.join(map(str, w.recorded_steps))}"
-    steps = ", ".join(map(str, w.recorded_steps)) or "none whole (the rank ended inside the first)"
+    # no iteration whole: the rank ended inside the first, unless dstrace stood aside there (`window_text` says so)
+    ended = "" if w.stood_aside else " (the rank ended inside the first)"
+    steps = ", ".join(map(str, w.recorded_steps)) or f"none whole{ended}"
     return f"{w.trigger}: iterations {steps}"
 
 

@@ -64,11 +64,15 @@ def _whole_trace(run_dir: str, rank: int = 0) -> str:
 
 
 # ---- the job's own profiler ------------------------------------------------------------------------------
-def test_the_jobs_own_profiler_opened_in_the_window_works_and_dstrace_stands_aside(tmp_path):
+@pytest.mark.parametrize("at, recorded, said", [
+    (3, [2], "iterations 2; then dstrace stood aside"),
+    # in the window's first iteration: none whole, and not said to be the rank's end
+    (2, [], "iterations none whole; then dstrace stood aside")], ids=["after-one-iteration", "in-the-first"])
+def test_the_jobs_own_profiler_opened_in_the_window_works_and_dstrace_stands_aside(tmp_path, at, recorded, said):
     """Exit 139 (a segfault) before: two profilers in one process. Now dstrace's window ends where the job's
     profiler starts, its trace is written, and the manifest says why the window ended there."""
-    job = _job(tmp_path, TRAINING.replace("    opt.step()\n", """    opt.step()
-    if i == 3:
+    job = _job(tmp_path, TRAINING.replace("    opt.step()\n", f"""    opt.step()
+    if i == {at}:
         with torch.profiler.profile() as prof:
             m(torch.randn(4, 8)).sum()
         print("own profiler:", len(prof.key_averages()) > 0, flush=True)
@@ -79,7 +83,8 @@ def test_the_jobs_own_profiler_opened_in_the_window_works_and_dstrace_stands_asi
     assert "own profiler: True" in r.stdout
     (m,) = manifests(run_dir).values()
     assert m["status"] == "complete"
-    assert m["window"]["recorded_steps"] == [2]
+    assert m["window"]["recorded_steps"] == recorded
+    assert said in r.stderr, r.stderr[-3000:]
     assert m["window"]["stood_aside"].startswith("the job started its own torch.profiler (torch.autograd.profiler.profile,")
     assert f"{job}:" in m["window"]["stood_aside"]
     assert os.path.basename(_whole_trace(run_dir)) == m["window"]["trace_file"]
